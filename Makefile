@@ -1,0 +1,51 @@
+# Two commands do everything on a fresh machine: `make run` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+export DJANGO_SETTINGS_MODULE := memoryadmin.settings
+
+.PHONY: run test lint bench venv migrate worker browser-deps clean
+
+$(VENV)/.installed: requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+venv: $(VENV)/.installed
+
+migrate: venv
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py collectstatic --noinput --verbosity 0
+
+# Web server and worker side by side; Ctrl-C stops both.
+run: migrate
+	$(PY) manage.py bootstrap
+	@echo "Dashboard: http://$(HOST):$(PORT)/  (worker: manage.py db_worker)"
+	@trap 'kill 0' INT TERM EXIT; \
+	$(PY) manage.py db_worker --interval 1 & \
+	$(VENV)/bin/gunicorn memoryadmin.wsgi --bind $(HOST):$(PORT) --workers 2 --threads 4 --access-logfile - & \
+	wait
+
+worker: migrate
+	$(PY) manage.py db_worker --interval 1
+
+# Debian's chromium for the browser tests (never `playwright install`).
+browser-deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "Installing Debian's chromium for the browser tests"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: venv browser-deps lint
+	$(VENV)/bin/pytest
+
+clean:
+	rm -rf $(VENV) var test-artifacts .pytest_cache .ruff_cache

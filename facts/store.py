@@ -1,0 +1,513 @@
+"""The file store: the one module that reads and writes memory files.
+
+Layout (DESIGN.md §3)::
+
+    {root}/users/{user}/memory.json
+    {root}/users/{user}/agents/{agent}/facts/{xx}/{fact_id}.md
+    {root}/projects/{project}/facts/{xx}/{fact_id}.md
+    {root}/.retrieval/            derived index, owned by the retrieval app
+    {root}/.locks/                per-user and per-project lock files
+
+Nothing here touches the database; `facts.writer` composes store + mirror + index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import frontmatter
+import yaml
+from filelock import FileLock, Timeout
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .enums import HISTORY_SECTIONS, USER_SECTIONS, CardStatus, Category, SourceKind
+
+DEFAULT_AGENT = "__default__"
+MAX_ID_CHARS = 200
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_HASHED_TAIL = re.compile(r"-[0-9a-f]{16}$")
+_AGENT = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+_FACT_ID = re.compile(r"^fact_[0-9a-f]{12}$")
+# Longest readable prefix kept on disk; the hash keeps longer ids apart.
+_SLUG_PREFIX = 64
+
+
+class StoreError(Exception):
+    """Base class of the store's errors."""
+
+
+class InvalidId(StoreError, ValueError):
+    """A user, project, agent or fact id that cannot name a place on disk."""
+
+
+class CardParseError(StoreError):
+    def __init__(self, path: Path, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+class RevisionConflict(StoreError):
+    """The file changed since the caller read it (a lost update was prevented)."""
+
+
+class LockTimeout(StoreError):
+    pass
+
+
+# --- ids -------------------------------------------------------------------------
+
+
+def _digest(raw: str) -> str:
+    return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def normalize_id(raw: str, *, what: str = "id") -> str:
+    """Map a user or project id to a folder name that can never escape the root.
+
+    Safe ids are kept as they are. Anything else (unsafe characters, very long, or a
+    safe id that merely looks like a hashed one) gets the unsafe characters replaced
+    by ``-`` and the first 16 hex digits of SHA-256 of the raw id appended, so
+    ``alice@example.com`` and ``alice.example.com`` never share a folder.
+    """
+    if not isinstance(raw, str) or raw == "":
+        raise InvalidId(f"{what} must be a non-empty string")
+    if len(raw) > MAX_ID_CHARS:
+        raise InvalidId(f"{what} is longer than {MAX_ID_CHARS} characters")
+    if "\x00" in raw:
+        raise InvalidId(f"{what} contains a NUL character")
+    safe = _UNSAFE.sub("-", raw)
+    if safe == raw and len(raw) <= _SLUG_PREFIX and not _HASHED_TAIL.search(raw):
+        return raw
+    return f"{safe[:_SLUG_PREFIX]}-{_digest(raw)}"
+
+
+def normalize_agent(raw: str | None) -> str:
+    """Agent names are lower-case ``[a-z0-9-]+``; a missing one is ``__default__``."""
+    if raw is None or (isinstance(raw, str) and raw.strip() == ""):
+        return DEFAULT_AGENT
+    if not isinstance(raw, str):
+        raise InvalidId("agent_name must be a string")
+    if raw == DEFAULT_AGENT:
+        return raw
+    name = raw.strip().lower()
+    if not _AGENT.match(name):
+        raise InvalidId("agent_name must be lower-case letters, digits and '-' (at most 64)")
+    return name
+
+
+def check_fact_id(fact_id: str) -> str:
+    if not isinstance(fact_id, str) or not _FACT_ID.match(fact_id):
+        raise InvalidId("fact id must be 'fact_' followed by 12 hex digits")
+    return fact_id
+
+
+def new_fact_id() -> str:
+    return "fact_" + secrets.token_hex(6)
+
+
+def shard(fact_id: str) -> str:
+    return hashlib.sha256(fact_id.encode()).hexdigest()[:2]
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+# --- file formats ----------------------------------------------------------------
+
+
+class Source(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    kind: SourceKind = SourceKind.MANUAL
+    run_id: str | None = None
+    thread_id: str | None = None
+    message_id: str | None = None
+    evidence_text: str | None = None
+
+
+class Card(BaseModel):
+    """A fact card: YAML front matter plus the fact content as the Markdown body."""
+
+    model_config = ConfigDict(extra="ignore", validate_assignment=True)
+
+    id: str
+    key: str = Field(min_length=1, max_length=120)
+    category: Category
+    status: CardStatus = CardStatus.ACTIVE
+    confidence: float = Field(ge=0, le=1, allow_inf_nan=False)
+    user_id: str | None = None
+    agent_name: str | None = None
+    project_id: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    last_confirmed_at: datetime | None = None
+    confirmation_count: int = Field(default=0, ge=0)
+    expires_at: datetime | None = None
+    review_by: datetime | None = None
+    superseded_by: str | None = None
+    source: Source = Field(default_factory=Source)
+    revision: int = Field(default=1, ge=1)
+    content: str = Field(min_length=1)
+
+    @field_validator("id")
+    @classmethod
+    def _valid_id(cls, value: str) -> str:
+        return check_fact_id(value)
+
+    @field_validator("created_at", "updated_at", "last_confirmed_at", "expires_at", "review_by")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value
+
+    @property
+    def is_project(self) -> bool:
+        return self.project_id is not None and self.user_id is None
+
+    def is_live(self, at: datetime | None = None) -> bool:
+        """Active and not past its expiry date: the cards agents may be shown."""
+        if self.status != CardStatus.ACTIVE:
+            return False
+        return self.expires_at is None or self.expires_at > (at or now_utc())
+
+
+class SectionSource(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    kind: SourceKind = SourceKind.MANUAL
+    run_id: str | None = None
+    thread_id: str | None = None
+    message_id: str | None = None
+    evidence_text: str | None = None
+    actor: str | None = None
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    summary: str = ""
+    updated_at: datetime | None = None
+    source: SectionSource | None = None
+
+
+def _sections(names: tuple[str, ...]) -> type[BaseModel]:
+    fields: dict[str, Any] = {name: (Section, Field(default_factory=Section)) for name in names}
+    from pydantic import create_model
+
+    return create_model("Sections", __config__=ConfigDict(extra="ignore"), **fields)
+
+
+UserSections = _sections(USER_SECTIONS)
+HistorySections = _sections(HISTORY_SECTIONS)
+
+
+class Profile(BaseModel):
+    """``memory.json``: a user's global profile and history summaries."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    version: int = 1
+    revision: int = 0
+    user_id: str
+    updated_at: datetime | None = None
+    user: UserSections = Field(default_factory=UserSections)  # type: ignore[valid-type]
+    history: HistorySections = Field(default_factory=HistorySections)  # type: ignore[valid-type]
+
+    def section(self, name: str) -> Section:
+        group = self.user if name in USER_SECTIONS else self.history
+        return getattr(group, name)
+
+    def set_section(self, name: str, section: Section) -> None:
+        if name not in USER_SECTIONS and name not in HISTORY_SECTIONS:
+            raise KeyError(name)
+        group = self.user if name in USER_SECTIONS else self.history
+        setattr(group, name, section)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+_FRONT_ORDER = (
+    "id key category status confidence user_id agent_name project_id created_at updated_at "
+    "last_confirmed_at confirmation_count expires_at review_by superseded_by source revision"
+).split()
+
+
+def dump_card(card: Card) -> str:
+    data = card.model_dump(mode="python")
+    meta: dict[str, Any] = {}
+    for name in _FRONT_ORDER:
+        value = data[name]
+        if isinstance(value, datetime):
+            value = _iso(value)
+        elif name == "source":
+            value = {k: v.value if hasattr(v, "value") else v for k, v in value.items()}
+        elif hasattr(value, "value"):
+            value = value.value
+        if name in ("project_id",) and value is None and card.user_id is not None:
+            continue
+        if name in ("user_id", "agent_name") and value is None and card.user_id is None:
+            continue
+        meta[name] = value
+    front = yaml.dump(meta, Dumper=yaml.CSafeDumper, allow_unicode=True, sort_keys=False)
+    body = card.content.strip("\n")
+    return f"---\n{front}---\n\n{body}\n"
+
+
+def parse_card(text: str, path: Path) -> Card:
+    try:
+        post = frontmatter.loads(text)
+    except (yaml.YAMLError, ValueError) as exc:
+        raise CardParseError(path, f"front matter is not valid YAML ({exc.__class__.__name__})") from None
+    if not post.metadata:
+        raise CardParseError(path, "no YAML front matter")
+    data = dict(post.metadata)
+    data["content"] = post.content.strip()
+    try:
+        return Card.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'card'}: {err['msg']}" for err in exc.errors()
+        )
+        raise CardParseError(path, problems) from None
+
+
+def dump_profile(profile: Profile) -> str:
+    return json.dumps(profile.model_dump(mode="json"), ensure_ascii=False, indent=2) + "\n"
+
+
+def parse_profile(text: str, path: Path) -> Profile:
+    try:
+        return Profile.model_validate_json(text)
+    except ValidationError as exc:
+        raise CardParseError(path, str(exc.errors()[0]["msg"])) from None
+
+
+# --- atomic IO --------------------------------------------------------------------
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _makedirs(path: Path) -> None:
+    """Create missing folders and fsync each new one's parent, so a new card survives a crash."""
+    missing: list[Path] = []
+    cursor = path
+    while not cursor.exists():
+        missing.append(cursor)
+        cursor = cursor.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        _fsync_dir(folder.parent)
+
+
+def atomic_write(path: Path, data: str) -> None:
+    """Temp file in the same folder → fsync → os.replace → fsync the folder."""
+    _makedirs(path.parent)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def remove_file(path: Path) -> bool:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    _fsync_dir(path.parent)
+    return True
+
+
+# --- the store --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Where a card lives: a user × agent bucket or a project bucket."""
+
+    user_id: str | None = None
+    agent_name: str | None = None
+    project_id: str | None = None
+
+    @classmethod
+    def of(cls, card: Card) -> Bucket:
+        if card.user_id is None:
+            return cls(project_id=card.project_id)
+        return cls(user_id=card.user_id, agent_name=normalize_agent(card.agent_name))
+
+    @property
+    def lock_name(self) -> str:
+        if self.user_id is not None:
+            return "users/" + normalize_id(self.user_id, what="user_id")
+        return "projects/" + normalize_id(self.project_id or "", what="project_id")
+
+
+_locks: dict[str, FileLock] = {}
+_locks_guard = threading.Lock()
+
+
+class Store:
+    def __init__(self, root: Path | str, lock_timeout: float = 30.0) -> None:
+        self.root = Path(root)
+        self.lock_timeout = lock_timeout
+
+    # paths
+    def user_dir(self, user_id: str) -> Path:
+        return self.root / "users" / normalize_id(user_id, what="user_id")
+
+    def profile_path(self, user_id: str) -> Path:
+        return self.user_dir(user_id) / "memory.json"
+
+    def facts_dir(self, bucket: Bucket) -> Path:
+        if bucket.user_id is not None:
+            return self.user_dir(bucket.user_id) / "agents" / normalize_agent(bucket.agent_name) / "facts"
+        if not bucket.project_id:
+            raise InvalidId("a card needs a user_id or a project_id")
+        return self.root / "projects" / normalize_id(bucket.project_id, what="project_id") / "facts"
+
+    def card_path(self, card: Card) -> Path:
+        return self.path_for(Bucket.of(card), card.id)
+
+    def path_for(self, bucket: Bucket, fact_id: str) -> Path:
+        check_fact_id(fact_id)
+        return self.facts_dir(bucket) / shard(fact_id) / f"{fact_id}.md"
+
+    def relative(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix()
+
+    # locking
+    @contextmanager
+    def lock(self, *buckets: Bucket) -> Iterator[None]:
+        """Cross-process locks of the given users/projects, taken in a fixed order."""
+        names = sorted({bucket.lock_name for bucket in buckets})
+        held: list[FileLock] = []
+        try:
+            for name in names:
+                lock = self._lock_for(name)
+                try:
+                    lock.acquire(timeout=self.lock_timeout)
+                except Timeout:
+                    raise LockTimeout(f"timed out waiting for the lock of {name}") from None
+                held.append(lock)
+            yield
+        finally:
+            for lock in reversed(held):
+                lock.release()
+
+    def _lock_for(self, name: str) -> FileLock:
+        path = self.root / ".locks" / f"{name}.lock"
+        key = str(path)
+        with _locks_guard:
+            lock = _locks.get(key)
+            if lock is None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                lock = FileLock(key, thread_local=False)
+                _locks[key] = lock
+            return lock
+
+    # cards
+    def read_card_at(self, path: Path) -> Card:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise CardParseError(path, "file is not valid UTF-8") from None
+        return parse_card(text, path)
+
+    def read_card(self, bucket: Bucket, fact_id: str) -> Card | None:
+        path = self.path_for(bucket, fact_id)
+        if not path.exists():
+            return None
+        return self.read_card_at(path)
+
+    def write_card(self, card: Card) -> Path:
+        path = self.card_path(card)
+        atomic_write(path, dump_card(card))
+        return path
+
+    def delete_card(self, card: Card) -> bool:
+        return remove_file(self.card_path(card))
+
+    def card_files(self) -> Iterator[Path]:
+        """Every card file under the root, in a stable order (temp files skipped)."""
+        for top in ("users", "projects"):
+            base = self.root / top
+            if not base.is_dir():
+                continue
+            for dirpath, dirnames, filenames in os.walk(base):
+                dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+                for name in sorted(filenames):
+                    if name.endswith(".md") and not name.startswith("."):
+                        yield Path(dirpath) / name
+
+    def profile_files(self) -> Iterator[Path]:
+        base = self.root / "users"
+        if not base.is_dir():
+            return
+        for entry in sorted(base.iterdir()):
+            path = entry / "memory.json"
+            if path.is_file():
+                yield path
+
+    # profiles
+    def read_profile(self, user_id: str) -> Profile:
+        path = self.profile_path(user_id)
+        if not path.exists():
+            return Profile(user_id=user_id)
+        return self.read_profile_at(path)
+
+    def read_profile_at(self, path: Path) -> Profile:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise CardParseError(path, "file is not valid UTF-8") from None
+        return parse_profile(text, path)
+
+    def write_profile(self, profile: Profile) -> Path:
+        path = self.profile_path(profile.user_id)
+        atomic_write(path, dump_profile(profile))
+        return path
+
+
+def file_digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def get_store() -> Store:
+    from django.conf import settings
+
+    return Store(settings.MEMORY_ROOT, lock_timeout=settings.MEMORY_LOCK_TIMEOUT)

@@ -1,0 +1,273 @@
+"""The single write function: lock → write file atomically → update mirror → update index.
+
+Every change to memory (extraction, review, dashboard edits, imports) goes through
+`commit` (cards) or `commit_profile` (memory.json). A change made only to the DB or
+only to the index is lost at the next rebuild, by design.
+
+The index is told about changes through the hooks in `facts.hooks`; this module never
+imports the read side.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from django.db import transaction
+
+from . import hooks
+from .models import FactCard, FactRevision, ProfileRevision, ProfileSection
+from .store import (
+    Bucket,
+    Card,
+    InvalidId,
+    Profile,
+    RevisionConflict,
+    Store,
+    atomic_write,
+    normalize_agent,
+    dump_card,
+    dump_profile,
+    file_digest,
+    get_store,
+    now_utc,
+)
+
+log = logging.getLogger(__name__)
+
+_MIRROR_FIELDS = [
+    "key", "category", "status", "confidence", "user_id", "agent_name", "project_id", "content",
+    "created_at", "updated_at", "last_confirmed_at", "confirmation_count", "expires_at",
+    "review_by", "superseded_by", "source_kind", "source_run_id", "source_thread_id",
+    "source_message_id", "evidence_text", "revision", "path", "file_sha256",
+]  # fmt: skip
+
+
+@dataclass
+class Put:
+    """Write `card`. `expected_revision`: the revision the caller read (None = the card
+    must not exist yet; -1 = do not check)."""
+
+    card: Card
+    expected_revision: int | None = None
+
+
+@dataclass
+class Delete:
+    card: Card
+    expected_revision: int | None = -1
+
+
+@dataclass
+class CommitResult:
+    written: list[Card] = field(default_factory=list)
+    deleted: list[Card] = field(default_factory=list)
+
+
+def mirror_row(card: Card, path: str, digest: str) -> FactCard:
+    return FactCard(
+        id=card.id,
+        key=card.key,
+        category=card.category.value,
+        status=card.status.value,
+        confidence=card.confidence,
+        user_id=card.user_id or "",
+        agent_name=(card.agent_name or "") if card.user_id is not None else "",
+        project_id=card.project_id or "",
+        content=card.content,
+        created_at=card.created_at,
+        updated_at=card.updated_at,
+        last_confirmed_at=card.last_confirmed_at,
+        confirmation_count=card.confirmation_count,
+        expires_at=card.expires_at,
+        review_by=card.review_by,
+        superseded_by=card.superseded_by or "",
+        source_kind=card.source.kind.value,
+        source_run_id=card.source.run_id or "",
+        source_thread_id=card.source.thread_id or "",
+        source_message_id=card.source.message_id or "",
+        evidence_text=card.source.evidence_text or "",
+        revision=card.revision,
+        path=path,
+        file_sha256=digest,
+    )
+
+
+def upsert_mirror(rows: Sequence[FactCard]) -> None:
+    if rows:
+        FactCard.objects.bulk_create(
+            rows, update_conflicts=True, unique_fields=["id"], update_fields=_MIRROR_FIELDS, batch_size=500
+        )
+
+
+def _normalize(card: Card) -> Card:
+    """Agent names are stored normalized so every reader agrees on the bucket."""
+    if card.user_id is not None:
+        agent = normalize_agent(card.agent_name)
+        if agent != card.agent_name:
+            card = card.model_copy(update={"agent_name": agent})
+        if card.project_id is not None:
+            card = card.model_copy(update={"project_id": None})
+    elif not card.project_id:
+        raise InvalidId("a card needs a user_id or a project_id")
+    return card
+
+
+def commit(
+    ops: Iterable[Put | Delete],
+    *,
+    actor: str,
+    reason: str = "",
+    store: Store | None = None,
+) -> CommitResult:
+    """Apply a batch of card writes and deletions.
+
+    Files are written one by one under the locks of every bucket involved; the mirror
+    and the index are then updated once for the whole batch (that batching is what
+    makes thousands of fsynced writes a second possible).
+    """
+    store = store or get_store()
+    ops = list(ops)
+    if not ops:
+        return CommitResult()
+    ops = [type(op)(_normalize(op.card), op.expected_revision) for op in ops]
+    result = CommitResult()
+    rows: list[FactCard] = []
+    revisions: list[FactRevision] = []
+    with store.lock(*{Bucket.of(op.card) for op in ops}):
+        for op in ops:
+            path = store.card_path(op.card)
+            current = store.read_card_at(path) if path.exists() else None
+            _check_revision(op, current)
+            if isinstance(op, Delete):
+                if current is not None:
+                    store.delete_card(op.card)
+                    result.deleted.append(current)
+                continue
+            card = op.card
+            if current is not None:
+                card = card.model_copy(update={"revision": current.revision + 1})
+            text = dump_card(card)
+            atomic_write(path, text)
+            result.written.append(card)
+            rel = store.relative(path)
+            rows.append(mirror_row(card, rel, file_digest(text)))
+            revisions.append(FactRevision(fact_id=card.id, revision=card.revision, text=text, actor=actor, reason=reason))
+        # Mirror and index are updated while the lock is still held, so two writers can
+        # never leave the mirror in the older writer's state.
+        with transaction.atomic():
+            upsert_mirror(rows)
+            if result.deleted:
+                FactCard.objects.filter(id__in=[c.id for c in result.deleted]).delete()
+            FactRevision.objects.bulk_create(revisions, ignore_conflicts=True, batch_size=500)
+        hooks.cards_changed(result.written, result.deleted)
+    return result
+
+
+def _check_revision(op: Put | Delete, current: Card | None) -> None:
+    expected = op.expected_revision
+    if expected == -1:
+        return
+    if expected is None:
+        if current is not None:
+            raise RevisionConflict(f"{op.card.id} already exists")
+        return
+    if current is None:
+        raise RevisionConflict(f"{op.card.id} does not exist any more")
+    if current.revision != expected:
+        raise RevisionConflict(f"{op.card.id} is at revision {current.revision}, expected {expected}")
+
+
+def save_card(card: Card, *, actor: str, reason: str = "", expected_revision: int | None = -1) -> Card:
+    return commit([Put(card, expected_revision)], actor=actor, reason=reason).written[0]
+
+
+def update_card(
+    bucket: Bucket,
+    fact_id: str,
+    change: Callable[[Card], Card],
+    *,
+    actor: str,
+    reason: str = "",
+    store: Store | None = None,
+) -> Card:
+    """Read-modify-write of one card under its lock: no update can be lost."""
+    store = store or get_store()
+    with store.lock(bucket):
+        current = store.read_card(bucket, fact_id)
+        if current is None:
+            raise RevisionConflict(f"{fact_id} does not exist")
+        updated = change(current.model_copy(deep=True))
+        updated = updated.model_copy(update={"updated_at": now_utc()}) if updated != current else updated
+        if updated == current:
+            return current
+        result = commit([Put(updated, current.revision)], actor=actor, reason=reason, store=store)
+        return result.written[0]
+
+
+def delete_card(card: Card, *, actor: str, reason: str = "", store: Store | None = None) -> bool:
+    result = commit([Delete(card)], actor=actor, reason=reason, store=store)
+    return bool(result.deleted)
+
+
+# --- profiles ---------------------------------------------------------------------
+
+
+def profile_rows(profile: Profile, path: str, digest: str) -> list[ProfileSection]:
+    rows = []
+    for group_name in ("user", "history"):
+        group = getattr(profile, group_name)
+        for name in type(group).model_fields:
+            section = getattr(group, name)
+            rows.append(
+                ProfileSection(
+                    user_id=profile.user_id,
+                    group=group_name,
+                    name=name,
+                    summary=section.summary,
+                    updated_at=section.updated_at,
+                    source=section.source.model_dump(mode="json") if section.source else None,
+                    revision=profile.revision,
+                    path=path,
+                    file_sha256=digest,
+                )
+            )
+    return rows
+
+
+def mirror_profile(profile: Profile, path: str, digest: str) -> None:
+    ProfileSection.objects.filter(user_id=profile.user_id).delete()
+    ProfileSection.objects.bulk_create(profile_rows(profile, path, digest))
+
+
+def commit_profile(
+    user_id: str,
+    change: Callable[[Profile], Profile],
+    *,
+    actor: str,
+    reason: str = "",
+    expected_revision: int | None = None,
+    store: Store | None = None,
+) -> Profile:
+    """Read-modify-write of a user's memory.json under the user's lock."""
+    store = store or get_store()
+    bucket = Bucket(user_id=user_id, agent_name=None)
+    with store.lock(bucket):
+        current = store.read_profile(user_id)
+        if expected_revision is not None and current.revision != expected_revision:
+            raise RevisionConflict(f"profile of {user_id} is at revision {current.revision}, expected {expected_revision}")
+        updated = change(current.model_copy(deep=True))
+        if updated == current:
+            return current
+        updated = updated.model_copy(update={"revision": current.revision + 1, "updated_at": now_utc(), "user_id": user_id})
+        text = dump_profile(updated)
+        path = store.profile_path(user_id)
+        atomic_write(path, text)
+        with transaction.atomic():
+            mirror_profile(updated, store.relative(path), file_digest(text))
+            ProfileRevision.objects.create(
+                user_id=user_id, revision=updated.revision, document=updated.model_dump(mode="json"), actor=actor, reason=reason
+            )
+        hooks.profile_changed(updated)
+        return updated

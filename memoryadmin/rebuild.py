@@ -1,0 +1,86 @@
+"""Rebuilding everything derived from the files: the DB mirror and the search index.
+
+This is composition (both sides), so it lives in the project package. The read side
+adds its part through `INDEX_PARTS` below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from facts import mirror
+from facts.mirror import Drift, FileSnapshot
+from facts.store import get_store
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class CheckReport:
+    parts: dict[str, Drift] = field(default_factory=dict)
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return all(d.clean for d in self.parts.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "clean": self.clean,
+            **{name: {k: v for k, v in d.as_dict().items() if k != "unreadable"} for name, d in self.parts.items()},
+            "unreadable": [{"path": p, "error": e} for p, e in self.unreadable],
+        }
+
+
+@dataclass
+class RebuildResult:
+    cards: int = 0
+    profiles: int = 0
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "cards": self.cards,
+            "profiles": self.profiles,
+            **self.extra,
+            "unreadable": [{"path": p, "error": e} for p, e in self.unreadable],
+        }
+
+
+def _index_check(snap: FileSnapshot) -> Drift | None:
+    try:
+        from retrieval import index
+    except ImportError:  # pragma: no cover - the read side is always installed
+        return None
+    check = getattr(index, "drift", None)
+    return check(snap) if check else None
+
+
+def _index_rebuild(snap: FileSnapshot, progress: Progress | None) -> dict[str, Any]:
+    from retrieval import index
+
+    build = getattr(index, "rebuild_from_snapshot", None)
+    return build(snap, progress=progress) if build else {}
+
+
+def check(*, progress: Progress | None = None) -> CheckReport:
+    snap = mirror.snapshot(get_store(), progress=progress)
+    report = CheckReport(unreadable=list(snap.unreadable))
+    report.parts["mirror"] = mirror.mirror_drift(snap)
+    index_drift = _index_check(snap)
+    if index_drift is not None:
+        report.parts["index"] = index_drift
+    return report
+
+
+def rebuild(*, progress: Progress | None = None, actor: str = "reindex") -> RebuildResult:
+    snap = mirror.snapshot(get_store(), progress=progress)
+    stats = mirror.rebuild_mirror(snap, actor=actor)
+    result = RebuildResult(cards=stats.cards, profiles=stats.profiles, unreadable=stats.unreadable)
+    result.extra["changed"] = stats.changed
+    result.extra["removed"] = stats.removed
+    result.extra.update(_index_rebuild(snap, progress=None))
+    return result

@@ -1,0 +1,204 @@
+"""Settings for the memory curation service.
+
+One file, read from the environment. With no environment variables at all it runs
+locally on SQLite with the memory store under ``var/``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_str(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    return raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    return default if raw in (None, "") else int(raw)
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    return default if raw in (None, "") else float(raw)
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+DEBUG = env_bool("DEBUG", True)
+# The default key is for local use only; `doctor` warns when it is used with DEBUG off.
+SECRET_KEY = env_str("SECRET_KEY", "insecure-local-only-key-change-me-in-production-0000")
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "django_tasks",
+    "django_tasks_db",
+    "facts",
+    "retrieval",
+    "memoryadmin",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "memoryadmin.urls"
+WSGI_APPLICATION = "memoryadmin.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    }
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}"),
+        conn_max_age=env_int("DB_CONN_MAX_AGE", 0),
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets readers run beside the writer; IMMEDIATE transactions take the write
+    # lock up front so concurrent writers wait (busy timeout) instead of failing with
+    # "database is locked" half-way through a transaction.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": env_int("SQLITE_TIMEOUT", 30),
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "overview"
+LOGOUT_REDIRECT_URL = "login"
+
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_SAMESITE = "Lax"
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
+
+TASKS = {
+    "default": {
+        "BACKEND": env_str("TASKS_BACKEND", "django_tasks_db.DatabaseBackend"),
+        "QUEUES": ["default"],
+    }
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "jieba": {"level": "WARNING"},
+    },
+}
+
+# --- Memory ---------------------------------------------------------------------
+
+# Where the fact cards and profiles live: the source of truth.
+MEMORY_ROOT = Path(env_str("MEMORY_ROOT", str(VAR_DIR / "memory")))
+# auto: accepted candidates go live at once; manual: they wait for a reviewer.
+MEMORY_REVIEW_MODE = env_str("MEMORY_REVIEW_MODE", "auto")
+MEMORY_CONFIDENCE_THRESHOLD = env_float("MEMORY_CONFIDENCE_THRESHOLD", 0.7)
+MEMORY_DEBOUNCE_SECONDS = env_float("MEMORY_DEBOUNCE_SECONDS", 30.0)
+# How long a process waits for another one's per-user lock before giving up.
+MEMORY_LOCK_TIMEOUT = env_float("MEMORY_LOCK_TIMEOUT", 30.0)
+
+# The extraction model: any server that speaks the OpenAI chat-completions protocol.
+MEMORY_LLM_MODEL = env_str("MEMORY_LLM_MODEL", "gpt-4o-mini")
+MEMORY_LLM_BASE_URL = env_str("MEMORY_LLM_BASE_URL", "")
+MEMORY_LLM_API_KEY = env_str("MEMORY_LLM_API_KEY", "")
+MEMORY_LLM_METHOD = env_str("MEMORY_LLM_METHOD", "function_calling")
+MEMORY_LLM_TIMEOUT = env_float("MEMORY_LLM_TIMEOUT", 60.0)
+MEMORY_LLM_MAX_RETRIES = env_int("MEMORY_LLM_MAX_RETRIES", 2)
+MEMORY_LLM_MAX_TOKENS = env_int("MEMORY_LLM_MAX_TOKENS", 1024)
+
+# Read side defaults (per-agent overrides live in the database).
+MEMORY_CONTEXT_BUDGET = env_int("MEMORY_CONTEXT_BUDGET", 2000)
+MEMORY_CORRECTION_BUDGET = env_int("MEMORY_CORRECTION_BUDGET", 500)
+MEMORY_CONTEXT_TOP_N = env_int("MEMORY_CONTEXT_TOP_N", 50)
+MEMORY_SEARCH_TOKEN_CAP = env_int("MEMORY_SEARCH_TOKEN_CAP", 900)
+
+# Agents' API.
+API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 1024 * 1024)
+API_MAX_MESSAGES = env_int("API_MAX_MESSAGES", 500)
+API_MAX_MESSAGE_CHARS = env_int("API_MAX_MESSAGE_CHARS", 100_000)
+API_MAX_ID_CHARS = env_int("API_MAX_ID_CHARS", 200)
+API_RATE_LIMIT_PER_MINUTE = env_int("API_RATE_LIMIT_PER_MINUTE", 6000)
+# Django's own request-size guard sits just above the API limit so that the API can
+# answer oversized bodies with its own JSON 413.
+DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES * 2
+
+# First-run administrator, created by `make run` when no user exists.
+ADMIN_USERNAME = env_str("ADMIN_USERNAME", "admin")
+ADMIN_PASSWORD = env_str("ADMIN_PASSWORD", "admin")

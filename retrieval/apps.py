@@ -1,0 +1,15 @@
+from django.apps import AppConfig
+
+
+class RetrievalConfig(AppConfig):
+    name = "retrieval"
+    verbose_name = "Memory: read side"
+
+    def ready(self) -> None:
+        # The index follows every committed write (DESIGN.md §2). Registered here so
+        # the write side never imports the read side.
+        from facts import hooks
+
+        from . import index
+
+        hooks.on_cards_changed(index.on_cards_changed)

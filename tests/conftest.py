@@ -1,0 +1,105 @@
+"""Shared fixtures: a throwaway MEMORY_ROOT per test, card factories, users by role."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.test import Client
+
+from facts.access import ensure_roles
+from facts.store import Card, Source, Store, new_fact_id
+
+FIXED_NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def memory_root(tmp_path: Path, settings: Any) -> Path:
+    """Every test gets its own empty store; nothing touches var/."""
+    root = tmp_path / "memory"
+    root.mkdir()
+    settings.MEMORY_ROOT = root
+    settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}
+    return root
+
+
+@pytest.fixture
+def store(memory_root: Path) -> Store:
+    return Store(memory_root, lock_timeout=10)
+
+
+_counter = itertools.count(1)
+
+
+@pytest.fixture
+def make_card() -> Callable[..., Card]:
+    def make(**overrides: Any) -> Card:
+        n = next(_counter)
+        data: dict[str, Any] = {
+            "id": new_fact_id(),
+            "key": f"key_{n}",
+            "category": "preference",
+            "confidence": 0.9,
+            "user_id": "alice",
+            "agent_name": "coder",
+            "created_at": FIXED_NOW,
+            "updated_at": FIXED_NOW,
+            "source": Source(kind="manual"),
+            "content": f"User fact number {n}.",
+        }
+        data.update(overrides)
+        return Card(**data)
+
+    return make
+
+
+def _user(username: str, role: str | None, superuser: bool = False) -> User:
+    ensure_roles()
+    if superuser:
+        user = User.objects.create_superuser(username, "", "pw-" + username)
+    else:
+        user = User.objects.create_user(username, "", "pw-" + username)
+    if role:
+        user.groups.add(Group.objects.get(name=role))
+    return user
+
+
+@pytest.fixture
+def viewer(db: None) -> User:
+    return _user("viewer", "viewer")
+
+
+@pytest.fixture
+def reviewer(db: None) -> User:
+    return _user("reviewer", "reviewer")
+
+
+@pytest.fixture
+def admin_user(db: None) -> User:
+    return _user("boss", "admin")
+
+
+@pytest.fixture
+def viewer_client(viewer: User) -> Client:
+    client = Client()
+    client.force_login(viewer)
+    return client
+
+
+@pytest.fixture
+def reviewer_client(reviewer: User) -> Client:
+    client = Client()
+    client.force_login(reviewer)
+    return client
+
+
+@pytest.fixture
+def admin_client_(admin_user: User) -> Client:
+    client = Client()
+    client.force_login(admin_user)
+    return client
