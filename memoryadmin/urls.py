@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 
 from facts import views as facts_views
 
@@ -8,5 +8,9 @@ urlpatterns = [
     path("", facts_views.overview, name="overview"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("api/v1/", include("memoryadmin.api_urls")),
+    path("", include("facts.urls")),
+    path("", include("retrieval.urls")),
+    path("", include("memoryadmin.dashboard_urls")),
     path("admin/", admin.site.urls),
 ]

@@ -1,0 +1,3 @@
+"""The agents' HTTP API under /api/v1/."""
+
+urlpatterns: list = []

@@ -1,0 +1,3 @@
+"""Dashboard URLs of the project package."""
+
+urlpatterns: list = []

@@ -1,0 +1,1 @@
+"""Dashboard pages of the project package (index console, agents and API keys)."""
