@@ -207,11 +207,11 @@ def _record_hand_edits(changed: list[tuple[Card, str]], actor: str) -> None:
     shows the hand edit."""
     if not changed:
         return
-    known = set(
-        FactRevision.objects.filter(fact_id__in=[c.id for c, _ in changed]).values_list("fact_id", "revision")
-    )
+    known = set(FactRevision.objects.filter(fact_id__in=[c.id for c, _ in changed]).values_list("fact_id", "revision"))
     new = [
-        FactRevision(fact_id=card.id, revision=card.revision, text=dump_card(card), actor=actor, reason="changed on disk")
+        FactRevision(
+            fact_id=card.id, revision=card.revision, text=dump_card(card), actor=actor, reason="changed on disk"
+        )
         for card, _ in changed
         if (card.id, card.revision) not in known
     ]

@@ -26,11 +26,11 @@ from .store import (
     RevisionConflict,
     Store,
     atomic_write,
-    normalize_agent,
     dump_card,
     dump_profile,
     file_digest,
     get_store,
+    normalize_agent,
     now_utc,
 )
 
@@ -153,7 +153,9 @@ def commit(
             result.written.append(card)
             rel = store.relative(path)
             rows.append(mirror_row(card, rel, file_digest(text)))
-            revisions.append(FactRevision(fact_id=card.id, revision=card.revision, text=text, actor=actor, reason=reason))
+            revisions.append(
+                FactRevision(fact_id=card.id, revision=card.revision, text=text, actor=actor, reason=reason)
+            )
         # Mirror and index are updated while the lock is still held, so two writers can
         # never leave the mirror in the older writer's state.
         with transaction.atomic():
@@ -256,18 +258,26 @@ def commit_profile(
     with store.lock(bucket):
         current = store.read_profile(user_id)
         if expected_revision is not None and current.revision != expected_revision:
-            raise RevisionConflict(f"profile of {user_id} is at revision {current.revision}, expected {expected_revision}")
+            raise RevisionConflict(
+                f"profile of {user_id} is at revision {current.revision}, expected {expected_revision}"
+            )
         updated = change(current.model_copy(deep=True))
         if updated == current:
             return current
-        updated = updated.model_copy(update={"revision": current.revision + 1, "updated_at": now_utc(), "user_id": user_id})
+        updated = updated.model_copy(
+            update={"revision": current.revision + 1, "updated_at": now_utc(), "user_id": user_id}
+        )
         text = dump_profile(updated)
         path = store.profile_path(user_id)
         atomic_write(path, text)
         with transaction.atomic():
             mirror_profile(updated, store.relative(path), file_digest(text))
             ProfileRevision.objects.create(
-                user_id=user_id, revision=updated.revision, document=updated.model_dump(mode="json"), actor=actor, reason=reason
+                user_id=user_id,
+                revision=updated.revision,
+                document=updated.model_dump(mode="json"),
+                actor=actor,
+                reason=reason,
             )
         hooks.profile_changed(updated)
         return updated

@@ -31,7 +31,11 @@ class ApiKey(models.Model):
     def issue(cls, name: str, *, allowed_agents: list[str] | None = None, created_by: str = "") -> tuple[ApiKey, str]:
         raw = "mem_" + secrets.token_urlsafe(32)
         key = cls.objects.create(
-            name=name, prefix=raw[:12], key_hash=hash_key(raw), allowed_agents=allowed_agents or [], created_by=created_by
+            name=name,
+            prefix=raw[:12],
+            key_hash=hash_key(raw),
+            allowed_agents=allowed_agents or [],
+            created_by=created_by,
         )
         return key, raw
 

@@ -6,7 +6,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -15,51 +14,68 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='AgentSettings',
+            name="AgentSettings",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('agent_name', models.CharField(max_length=64, unique=True)),
-                ('budget', models.PositiveIntegerField(default=2000)),
-                ('correction_budget', models.PositiveIntegerField(default=500)),
-                ('top_n', models.PositiveIntegerField(default=50)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("agent_name", models.CharField(max_length=64, unique=True)),
+                ("budget", models.PositiveIntegerField(default=2000)),
+                ("correction_budget", models.PositiveIntegerField(default=500)),
+                ("top_n", models.PositiveIntegerField(default=50)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
         ),
         migrations.CreateModel(
-            name='IndexRebuild',
+            name="IndexRebuild",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed')], default='queued', max_length=16)),
-                ('requested_by', models.CharField(blank=True, default='', max_length=150)),
-                ('done', models.PositiveIntegerField(default=0)),
-                ('total', models.PositiveIntegerField(default=0)),
-                ('cards', models.PositiveIntegerField(default=0)),
-                ('profiles', models.PositiveIntegerField(default=0)),
-                ('unreadable', models.JSONField(blank=True, default=list)),
-                ('error', models.TextField(blank=True, default='')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('duration_s', models.FloatField(blank=True, null=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                        ],
+                        default="queued",
+                        max_length=16,
+                    ),
+                ),
+                ("requested_by", models.CharField(blank=True, default="", max_length=150)),
+                ("done", models.PositiveIntegerField(default=0)),
+                ("total", models.PositiveIntegerField(default=0)),
+                ("cards", models.PositiveIntegerField(default=0)),
+                ("profiles", models.PositiveIntegerField(default=0)),
+                ("unreadable", models.JSONField(blank=True, default=list)),
+                ("error", models.TextField(blank=True, default="")),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("duration_s", models.FloatField(blank=True, null=True)),
             ],
         ),
         migrations.CreateModel(
-            name='GoldenQuery',
+            name="GoldenQuery",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('user_id', models.CharField(max_length=200)),
-                ('agent_name', models.CharField(max_length=64)),
-                ('project_id', models.CharField(blank=True, default='', max_length=200)),
-                ('query', models.CharField(max_length=500)),
-                ('expected_ids', models.JSONField(default=list)),
-                ('last_checked_at', models.DateTimeField(blank=True, null=True)),
-                ('last_passed', models.BooleanField(blank=True, null=True)),
-                ('last_result_ids', models.JSONField(blank=True, default=list)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("user_id", models.CharField(max_length=200)),
+                ("agent_name", models.CharField(max_length=64)),
+                ("project_id", models.CharField(blank=True, default="", max_length=200)),
+                ("query", models.CharField(max_length=500)),
+                ("expected_ids", models.JSONField(default=list)),
+                ("last_checked_at", models.DateTimeField(blank=True, null=True)),
+                ("last_passed", models.BooleanField(blank=True, null=True)),
+                ("last_result_ids", models.JSONField(blank=True, default=list)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['agent_name'], name='golden_agent')],
+                "indexes": [models.Index(fields=["agent_name"], name="golden_agent")],
             },
         ),
     ]

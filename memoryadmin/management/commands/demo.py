@@ -8,7 +8,9 @@ from django.core.management.base import BaseCommand, CommandParser
 
 
 class Command(BaseCommand):
-    help = "Load the shipped demo conversations through the real pipeline; --offline-article runs the article's §8 demo."
+    help = (
+        "Load the shipped demo conversations through the real pipeline; --offline-article runs the article's §8 demo."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(

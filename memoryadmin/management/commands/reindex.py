@@ -65,6 +65,8 @@ class Command(BaseCommand):
             for kind in ("missing", "extra", "changed"):
                 ids = getattr(drift, kind)
                 if ids:
-                    self.stdout.write(f"{name}: {len(ids)} {kind}: {', '.join(ids[:50])}{' …' if len(ids) > 50 else ''}")
+                    self.stdout.write(
+                        f"{name}: {len(ids)} {kind}: {', '.join(ids[:50])}{' …' if len(ids) > 50 else ''}"
+                    )
         for path, problem in report.unreadable:
             self.stdout.write(f"unreadable {path}: {problem}")
