@@ -47,5 +47,10 @@ lint: venv
 test: venv browser-deps lint
 	$(VENV)/bin/pytest
 
+# Benchmarks print their figures; they are not timed unit tests.
+bench: venv
+	@mkdir -p .bench
+	@set -e; for script in bench/bench_*.py; do echo "== $$script"; $(PY) $$script; done
+
 clean:
 	rm -rf $(VENV) var test-artifacts .pytest_cache .ruff_cache
