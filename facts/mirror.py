@@ -185,7 +185,7 @@ def rebuild_mirror(snap: FileSnapshot, *, actor: str = "reindex") -> RebuildStat
         rows.append(mirror_row(item.card, item.rel, item.digest))
         if mirrored.get(fact_id) != item.digest:
             stats.changed += 1
-            revisions.append((item.card, item.rel))
+            revisions.append((item, item.rel))
     with transaction.atomic():
         upsert_mirror(rows)
         gone = set(mirrored) - set(snap.cards)
@@ -202,17 +202,40 @@ def rebuild_mirror(snap: FileSnapshot, *, actor: str = "reindex") -> RebuildStat
     return stats
 
 
-def _record_hand_edits(changed: list[tuple[Card, str]], actor: str) -> None:
-    """A card that changed on disk without a recorded revision gets one, so its history
-    shows the hand edit."""
+def _record_hand_edits(changed: list[tuple[Scanned, str]], actor: str) -> None:
+    """Give every card that changed on disk a place in its history.
+
+    A card the history has never seen (placed by hand, restored from a backup) gets its
+    revision recorded as it is. A card whose file no longer matches the recorded text of
+    its revision was edited by hand: it is committed again through the write function so
+    it gets a new revision — otherwise a dashboard edit holding the old revision number
+    would pass the revision check and silently overwrite the hand edit.
+    """
     if not changed:
         return
-    known = set(FactRevision.objects.filter(fact_id__in=[c.id for c, _ in changed]).values_list("fact_id", "revision"))
-    new = [
-        FactRevision(
-            fact_id=card.id, revision=card.revision, text=dump_card(card), actor=actor, reason="changed on disk"
+    from .writer import Put, commit
+
+    ids = [item.card.id for item, _ in changed if item.card is not None]
+    recorded = {
+        (fact_id, revision): file_digest(text)
+        for fact_id, revision, text in FactRevision.objects.filter(fact_id__in=ids).values_list(
+            "fact_id", "revision", "text"
         )
-        for card, _ in changed
-        if (card.id, card.revision) not in known
-    ]
+    }
+    new: list[FactRevision] = []
+    edited: list[Card] = []
+    for item, _ in changed:
+        card = item.card
+        assert card is not None
+        digest = recorded.get((card.id, card.revision))
+        if digest is None:
+            new.append(
+                FactRevision(
+                    fact_id=card.id, revision=card.revision, text=dump_card(card), actor=actor, reason="found on disk"
+                )
+            )
+        elif digest != item.digest and digest != file_digest(dump_card(card)):
+            edited.append(card)
     FactRevision.objects.bulk_create(new, ignore_conflicts=True, batch_size=500)
+    if edited:
+        commit([Put(card, expected_revision=card.revision) for card in edited], actor=actor, reason="edited on disk")
