@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 export DJANGO_SETTINGS_MODULE := memoryadmin.settings
 
-.PHONY: run test lint bench venv migrate worker browser-deps clean
+.PHONY: run test lint bench venv migrate worker browser-deps clean e2e-llm
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,11 @@ test: venv browser-deps lint
 bench: venv
 	@mkdir -p .bench
 	@set -e; for script in bench/bench_*.py; do echo "== $$script"; $(PY) $$script; done
+
+# Opt-in, not part of `make test`: the real chain against a small local model
+# (llama-cpp-python's OpenAI-compatible server, built once into .e2e/venv).
+e2e-llm: venv
+	bash e2e/run.sh
 
 clean:
 	rm -rf $(VENV) var test-artifacts .pytest_cache .ruff_cache

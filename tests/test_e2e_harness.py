@@ -1,0 +1,132 @@
+"""The `make e2e-llm` harness's own logic: what it counts, what it fails on. No model here."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from e2e.harness import CONVERSATIONS, as_messages, load_conversations, wire_messages
+from e2e.report import (
+    Call,
+    CandidateRow,
+    Message,
+    StoredMemory,
+    check_calls,
+    check_evidence,
+    check_queue,
+    render,
+    summarize,
+)
+
+THREADS = {
+    "t1": [
+        Message("u1", "user", "我主要做 Python 后端开发，平时请用中文解释技术问题。"),
+        Message("a1", "assistant", "好的，你喜欢 Java。"),
+    ]
+}
+
+
+def card(evidence: str, message_id: str = "u1", thread_id: str = "t1") -> StoredMemory:
+    return StoredMemory("card", "fact_000000000001", "用户偏好中文解释", thread_id, message_id, evidence, 0.9)
+
+
+def candidate(cid: int, verdict: str, *reasons: str, kind: str = "fact") -> CandidateRow:
+    return CandidateRow(cid, 1, kind, "response_language", "用户偏好中文解释", verdict, reasons, 0.9, "u1", "中文")
+
+
+def test_it_accepts_evidence_quoted_from_the_user_message() -> None:
+    assert check_evidence([card("平时请用中文解释技术问题")], THREADS) == []
+
+
+def test_it_fails_a_card_whose_evidence_the_user_never_wrote() -> None:
+    [problem] = check_evidence([card("我喜欢 Rust")], THREADS)
+    assert "is not in user message u1" in problem
+
+
+def test_it_fails_a_card_whose_evidence_is_the_assistants() -> None:
+    [problem] = check_evidence([card("你喜欢 Java", message_id="a1")], THREADS)
+    assert "from a assistant message" in problem
+
+
+def test_it_fails_a_card_that_names_a_message_of_another_thread() -> None:
+    assert check_evidence([card("中文", thread_id="t2")], THREADS)
+    assert check_evidence([card("中文", message_id="u9")], THREADS)
+
+
+def test_it_fails_a_card_stored_without_evidence() -> None:
+    [problem] = check_evidence([card("  ")], THREADS)
+    assert "without evidence" in problem
+
+
+def test_it_accepts_updates_errors_and_skips_but_not_crashes_or_silent_nones() -> None:
+    fine = [Call("a", "update", 1.0), Call("b", "error", 2.0, error="ExtractionError: truncated"), Call("c", "skipped")]
+    assert check_calls(fine) == []
+    problems = check_calls([Call("d", "crash", error="KeyError: 'x'"), Call("e", "none"), Call("f", "error")])
+    assert [p.split(":")[0] for p in problems] == ["d", "e", "f"]
+
+
+def test_it_counts_calls_latency_and_rejections_by_every_reason() -> None:
+    calls = [Call("a", "update", 3.0), Call("b", "error", 5.0, error="x"), Call("c", "skipped")]
+    candidates = [
+        candidate(1, "accepted"),
+        candidate(2, "rejected", "scope_project", "low_confidence"),
+        candidate(3, "rejected", "invalid"),
+        candidate(4, "rejected", "low_confidence", kind="summary"),
+    ]
+    summary = summarize(calls, candidates, [card("中文")])
+    assert (summary.calls, summary.skipped, summary.errors) == (2, 1, 1)
+    assert summary.latencies == [3.0, 5.0]
+    assert (summary.proposed, summary.accepted, summary.rejected, summary.invalid) == (4, 1, 3, 1)
+    assert summary.rejected_by_reason == Counter({"low_confidence": 2, "scope_project": 1, "invalid": 1})
+    assert summary.by_kind == Counter({"fact": 3, "summary": 1})
+
+
+def test_it_prints_every_stored_card_with_its_evidence_and_the_verdict() -> None:
+    calls = [Call("article", "update", 4.2, (1,))]
+    stored = [card("平时请用中文解释技术问题")]
+    text = render(summarize(calls, [candidate(1, "accepted")], stored), calls, [candidate(1, "accepted")], stored, [])
+    assert "latency per call: mean 4.2 s" in text
+    assert "fact_000000000001" in text
+    assert "'平时请用中文解释技术问题'" in text
+    assert text.rstrip().splitlines()[-1].startswith("PASSED")
+
+
+def test_it_prints_failures_last() -> None:
+    text = render(summarize([], [], []), [], [], [], ["card x: evidence 'y' is not in user message u1"])
+    assert "no model calls" in text
+    assert text.splitlines()[-2:] == ["FAILED: 1 problem(s)", "  - card x: evidence 'y' is not in user message u1"]
+
+
+def test_it_requires_every_run_and_candidate_in_the_review_queue() -> None:
+    assert check_queue([1], [10, 11], {1}, {10, 11}) == []
+    problems = check_queue([1, 2], [10, 11], {1}, {10})
+    assert problems == [
+        "run 2 is not in the review queue's runs",
+        "candidate 11 is not in the review queue's candidates",
+    ]
+
+
+def test_it_requires_each_candidate_on_the_review_page_when_the_page_exists() -> None:
+    page = '<a href="/review/10/">x</a>'
+    assert check_queue([1], [10], {1}, {10}, page) == []
+    assert check_queue([1], [10, 11], {1}, {10, 11}, page) == ["candidate 11 does not appear on the review queue page"]
+
+
+def test_it_ships_chinese_and_english_conversations_including_the_articles_example() -> None:
+    conversations = load_conversations(CONVERSATIONS)
+    texts = [m["content"] for c in conversations for m in c["messages"]]
+    assert "我主要做 Python 后端开发，平时请用中文解释技术问题。" in texts
+    assert any(c["thread_id"].startswith("en") for c in conversations)
+    assert len({c["thread_id"] for c in conversations}) == len(conversations)
+    ids = [m["id"] for c in conversations for m in c["messages"]]
+    assert len(ids) == len(set(ids))
+
+
+def test_it_sends_conversations_as_langchain_message_dicts() -> None:
+    [conversation] = [c for c in load_conversations() if c["name"] == "en-tools-and-injected-memory"]
+    wire = wire_messages(conversation)
+    assert [m["type"] for m in wire] == ["system", "human", "human", "ai", "tool", "ai"]
+    assert wire[1]["additional_kwargs"] == {"origin": "memory", "hide_from_ui": True}
+    assert wire[3]["tool_calls"][0]["name"] == "read_file"
+    assert [m.role for m in as_messages(conversation)][:2] == ["system", "user"]
+    json.dumps(wire)
