@@ -26,12 +26,12 @@ run: migrate
 	$(PY) manage.py bootstrap
 	@echo "Dashboard: http://$(HOST):$(PORT)/  (worker: manage.py db_worker)"
 	@trap 'kill 0' INT TERM EXIT; \
-	$(PY) manage.py db_worker --interval 1 & \
+	$(PY) manage.py db_worker --interval 1 --no-reload & \
 	$(VENV)/bin/gunicorn memoryadmin.wsgi --bind $(HOST):$(PORT) --workers 2 --threads 4 --access-logfile - & \
 	wait
 
 worker: migrate
-	$(PY) manage.py db_worker --interval 1
+	$(PY) manage.py db_worker --interval 1 --no-reload
 
 # Debian's chromium for the browser tests (never `playwright install`).
 browser-deps:
