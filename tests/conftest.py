@@ -103,3 +103,7 @@ def admin_client_(admin_user: User) -> Client:
     client = Client()
     client.force_login(admin_user)
     return client
+
+
+# Reliability harness: a migrated database shared by subprocesses (tests/helpers_reliability).
+from tests.helpers_reliability.procs import _template_db, proc_env  # noqa: E402, F401
