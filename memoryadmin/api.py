@@ -1,0 +1,143 @@
+"""The agents' HTTP API under /api/v1/: JSON in and out, bearer API keys.
+
+Bearer-authenticated and never session-authenticated, hence CSRF-exempt. Every error
+is ``{"error": {"code", "message"}}`` with its status (see memoryadmin/openapi.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from . import api_auth, api_service
+from .api_schemas import BadRequest, TooLarge, parse_mode, parse_scope, parse_search, parse_turn, read_json_body
+from .models import ApiKey
+
+log = logging.getLogger(__name__)
+
+View = Callable[..., HttpResponse]
+
+
+def error(status: int, code: str, message: str, **headers: str) -> JsonResponse:
+    response = JsonResponse({"error": {"code": code, "message": message}}, status=status)
+    for name, value in headers.items():
+        response[name.replace("_", "-")] = value
+    return response
+
+
+def api_endpoint(*methods: str) -> Callable[[View], View]:
+    """Method check → bearer key → rate limit → the view (with `request.api_key` set);
+    BadRequest / TooLarge raised by the view become 400 / 413."""
+
+    def decorate(view: View) -> View:
+        @csrf_exempt
+        @functools.wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if request.method not in methods:
+                return error(
+                    405, "method_not_allowed", f"use {' or '.join(methods)} for this endpoint", Allow=", ".join(methods)
+                )
+            try:
+                key = api_auth.authenticate(request)
+            except api_auth.AuthError as exc:
+                return error(401, exc.code, exc.message, WWW_Authenticate='Bearer realm="memory"')
+            decision = api_auth.hit(key)
+            if decision.first_in_window:
+                api_auth.touch(key)
+            if not decision.allowed:
+                return error(
+                    429,
+                    "rate_limited",
+                    f"this key may make {decision.limit} requests a minute",
+                    Retry_After=str(decision.retry_after),
+                )
+            request.api_key = key  # type: ignore[attr-defined]
+            try:
+                return view(request, *args, **kwargs)
+            except TooLarge:
+                return error(413, "too_large", f"the body is larger than {_max_body()} bytes")
+            except BadRequest as exc:
+                return error(400, exc.code, f"{exc.field}: {exc.message}")
+
+        return wrapper
+
+    return decorate
+
+
+def _max_body() -> int:
+    from django.conf import settings
+
+    return int(settings.API_MAX_BODY_BYTES)
+
+
+def _forbidden_agent(key: ApiKey, agent_name: str) -> JsonResponse | None:
+    if key.allows(agent_name):
+        return None
+    return error(403, "agent_not_allowed", f"this key may not act for the agent {agent_name!r}")
+
+
+def _turn(request: HttpRequest, *, flush: bool) -> HttpResponse:
+    body = read_json_body(request)
+    turn = parse_turn(body)
+    if denied := _forbidden_agent(request.api_key, turn.agent_name):  # type: ignore[attr-defined]
+        return denied
+    from facts.ingestion import TurnRejected
+
+    scope = api_service.Scope(turn.user_id, turn.agent_name, turn.project_id)
+    try:
+        receipt = api_service.accept_turn(scope, thread_id=turn.thread_id, messages=turn.messages, flush=flush)
+    except TurnRejected as exc:
+        return error(400, "invalid_field", f"{exc.field}: {exc.message}")
+    return JsonResponse(receipt, status=202)
+
+
+@api_endpoint("POST")
+def turns(request: HttpRequest) -> HttpResponse:
+    """Record a finished turn; extraction runs later in the worker (debounced)."""
+    return _turn(request, flush=False)
+
+
+@api_endpoint("POST")
+def flush(request: HttpRequest) -> HttpResponse:
+    """Record messages about to be summarized away; processed without debounce."""
+    return _turn(request, flush=True)
+
+
+@api_endpoint("GET")
+def context(request: HttpRequest) -> HttpResponse:
+    scope_params = parse_scope(request.GET)
+    mode = parse_mode(request.GET)
+    if denied := _forbidden_agent(request.api_key, scope_params.agent_name):  # type: ignore[attr-defined]
+        return denied
+    scope = api_service.Scope(scope_params.user_id, scope_params.agent_name, scope_params.project_id)
+    return JsonResponse(api_service.serve_context(scope, mode=mode), json_dumps_params={"ensure_ascii": False})
+
+
+@api_endpoint("GET")
+def search(request: HttpRequest) -> HttpResponse:
+    scope_params = parse_scope(request.GET)
+    query, limit = parse_search(request.GET)
+    if denied := _forbidden_agent(request.api_key, scope_params.agent_name):  # type: ignore[attr-defined]
+        return denied
+    scope = api_service.Scope(scope_params.user_id, scope_params.agent_name, scope_params.project_id)
+    results = api_service.serve_search(scope, query, limit=limit)
+    return JsonResponse({"results": results}, json_dumps_params={"ensure_ascii": False})
+
+
+def openapi(request: HttpRequest) -> HttpResponse:
+    """The OpenAPI 3.1 description (public, like any API documentation)."""
+    from .openapi import spec
+
+    if request.method not in ("GET", "HEAD"):
+        return error(405, "method_not_allowed", "use GET for this endpoint", Allow="GET")
+    return JsonResponse(spec(), json_dumps_params={"ensure_ascii": False, "indent": 2})
+
+
+@csrf_exempt
+def not_found(request: HttpRequest, rest: str = "") -> HttpResponse:
+    return error(404, "not_found", f"no API endpoint at {request.path}")

@@ -1,0 +1,120 @@
+"""Bearer-key authentication and the per-key rate limit of the agents' API.
+
+The rate limit must hold across gunicorn workers, so the counters live in a tiny
+SQLite file (WAL, no fsync: a lost counter after a crash only forgives a few
+requests) rather than in per-process memory. One UPSERT per request, ~50 µs.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from django.http import HttpRequest
+from django.utils import timezone
+
+from .models import ApiKey, hash_key
+
+WINDOW_SECONDS = 60
+
+
+class AuthError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def authenticate(request: HttpRequest) -> ApiKey:
+    """The active key named by ``Authorization: Bearer <key>``, or AuthError.
+
+    Never looks at the session: a logged-in dashboard user without a key is refused.
+    """
+    header = request.META.get("HTTP_AUTHORIZATION", "")
+    scheme, _, raw = header.partition(" ")
+    raw = raw.strip()
+    if scheme.lower() != "bearer" or not raw:
+        raise AuthError("unauthenticated", "send an API key as 'Authorization: Bearer <key>'")
+    if len(raw) > 200:
+        raise AuthError("invalid_key", "unknown API key")
+    key = ApiKey.objects.filter(key_hash=hash_key(raw)).first()
+    if key is None:
+        raise AuthError("invalid_key", "unknown API key")
+    if not key.active:
+        raise AuthError("key_revoked", "this API key has been revoked")
+    return key
+
+
+# --- rate limit ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RateDecision:
+    allowed: bool
+    limit: int
+    count: int
+    retry_after: int
+    first_in_window: bool
+
+
+_local = threading.local()
+
+
+def _db_path() -> Path:
+    configured = getattr(settings, "API_RATE_LIMIT_DB", "")
+    if configured:
+        return Path(configured)
+    # Next to the other derived state (.locks, .retrieval): per deployment, and per test.
+    return Path(settings.MEMORY_ROOT) / ".api" / "ratelimit.sqlite3"
+
+
+def _connection() -> sqlite3.Connection:
+    path = _db_path()
+    cache: dict[str, sqlite3.Connection] = getattr(_local, "connections", None) or {}
+    _local.connections = cache
+    conn = cache.get(str(path))
+    if conn is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, timeout=5, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=OFF")
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS hits (key TEXT NOT NULL, window INTEGER NOT NULL, n INTEGER NOT NULL,"
+            " PRIMARY KEY (key, window)) WITHOUT ROWID"
+        )
+        cache[str(path)] = conn
+    return conn
+
+
+def limit_for(key: ApiKey) -> int:
+    if key.rate_limit_per_minute is not None:
+        return key.rate_limit_per_minute
+    return int(settings.API_RATE_LIMIT_PER_MINUTE)
+
+
+def hit(key: ApiKey, *, now: float | None = None) -> RateDecision:
+    """Count one request of `key` in the current minute (fixed window)."""
+    limit = limit_for(key)
+    now = time.time() if now is None else now
+    window = int(now // WINDOW_SECONDS)
+    retry_after = max(1, int((window + 1) * WINDOW_SECONDS - now))
+    conn = _connection()
+    (count,) = conn.execute(
+        "INSERT INTO hits (key, window, n) VALUES (?, ?, 1)"
+        " ON CONFLICT (key, window) DO UPDATE SET n = n + 1 RETURNING n",
+        (key.key_hash[:32], window),
+    ).fetchone()
+    first = count == 1
+    if first:
+        conn.execute("DELETE FROM hits WHERE window < ?", (window - 1,))
+    allowed = limit <= 0 or count <= limit
+    return RateDecision(allowed, limit, count, retry_after, first)
+
+
+def touch(key: ApiKey) -> None:
+    """Record that the key was used; called once per key and minute, not per request."""
+    ApiKey.objects.filter(pk=key.pk).update(last_used_at=timezone.now())

@@ -1,0 +1,191 @@
+"""What the agents' front door does, shared by the HTTP views and the in-process
+`LocalMemory`, so both paths behave the same.
+
+The write side (`facts.ingestion`) and the read side (`retrieval`) are imported
+lazily: this module composes them and owns neither.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import threading
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from facts.models import FactUsage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Scope:
+    user_id: str
+    agent_name: str | None = None
+    project_id: str | None = None
+
+
+# --- write: turns ------------------------------------------------------------------
+
+
+def accept_turn(
+    scope: Scope, *, thread_id: str, messages: Sequence[dict[str, Any]], flush: bool = False
+) -> dict[str, Any]:
+    """Store the turn (before answering) and schedule its extraction.
+
+    Raises `facts.ingestion.TurnRejected` for input the write side refuses.
+    """
+    from facts.ingestion import record_turn
+
+    receipt = record_turn(
+        user_id=scope.user_id,
+        agent_name=scope.agent_name,
+        thread_id=thread_id,
+        project_id=scope.project_id,
+        messages=list(messages),
+        flush=flush,
+    )
+    return {"accepted": receipt.accepted, "turn_ids": list(receipt.turn_ids)}
+
+
+# --- read: context and search ------------------------------------------------------
+
+
+def serve_context(scope: Scope, *, mode: str = "auto", now: datetime | None = None) -> dict[str, Any]:
+    """The memory block an agent is shown, rendered now (never cached per thread)."""
+    from retrieval.render import render_context
+
+    rendered = render_context(
+        user_id=scope.user_id, agent_name=scope.agent_name, project_id=scope.project_id, mode=mode, now=now
+    )
+    body = rendered.as_dict()
+    count_usage("injected", body.get("included") or [])
+    return body
+
+
+def serve_search(scope: Scope, query: str, *, limit: int = 5) -> list[dict[str, Any]]:
+    """The memory_search results exactly as the tool shows them (clamped, token-capped)."""
+    from retrieval.search import memory_search_json
+
+    limit = max(1, min(int(limit), 10))
+    text = memory_search_json(
+        query, user_id=scope.user_id, agent_name=scope.agent_name, project_id=scope.project_id, limit=limit
+    )
+    results = json.loads(text)
+    count_usage("searched", [row["id"] for row in results if isinstance(row, dict) and row.get("id")])
+    return results
+
+
+def search_tool_text(results: Sequence[dict[str, Any]]) -> str:
+    """The tool's answer for a list of results (the same text on both paths)."""
+    return json.dumps(list(results), ensure_ascii=False)
+
+
+# --- usage counters ----------------------------------------------------------------
+#
+# Counting is bookkeeping, not part of the answer: by default the ids are buffered in
+# the process and written by a background thread in one UPSERT per kind every
+# API_USAGE_FLUSH_SECONDS, so a served context never waits for the database's write
+# lock. With 0 the UPSERT runs inline (tests, scripts).
+
+_buffer: dict[str, Counter[str]] = {"injected": Counter(), "searched": Counter()}
+_buffer_lock = threading.Lock()
+_flusher: threading.Thread | None = None
+_wake = threading.Event()
+
+
+def _interval() -> float:
+    return float(getattr(settings, "API_USAGE_FLUSH_SECONDS", 1.0))
+
+
+def count_usage(kind: str, fact_ids: Iterable[str]) -> None:
+    ids = [fact_id for fact_id in fact_ids if fact_id]
+    if not ids:
+        return
+    if _interval() <= 0:
+        write_usage(kind, Counter(ids))
+        return
+    with _buffer_lock:
+        _buffer[kind].update(ids)
+    _ensure_flusher()
+
+
+def write_usage(kind: str, counts: Counter[str], *, at: datetime | None = None) -> None:
+    """One INSERT … ON CONFLICT DO UPDATE for every id (SQLite ≥ 3.24 and PostgreSQL)."""
+    if not counts:
+        return
+    at = at or timezone.now()
+    table = connection.ops.quote_name(FactUsage._meta.db_table)
+    count_col, time_col = (
+        ("injected_count", "last_injected_at")
+        if kind == "injected"
+        else (
+            "searched_count",
+            "last_searched_at",
+        )
+    )
+    other_count, other_time = (
+        ("searched_count", "last_searched_at")
+        if kind == "injected"
+        else (
+            "injected_count",
+            "last_injected_at",
+        )
+    )
+    rows = sorted(counts.items())
+    values = ", ".join(["(%s, %s, 0, %s, NULL)"] * len(rows))
+    params: list[Any] = []
+    for fact_id, n in rows:
+        params.extend([fact_id, n, at])
+    sql = (
+        f"INSERT INTO {table} (fact_id, {count_col}, {other_count}, {time_col}, {other_time}) VALUES {values} "
+        f"ON CONFLICT (fact_id) DO UPDATE SET {count_col} = {table}.{count_col} + excluded.{count_col}, "
+        f"{time_col} = excluded.{time_col}"
+    )
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def flush_usage() -> None:
+    """Write what is buffered now (also run at exit and by the background thread)."""
+    with _buffer_lock:
+        pending = {kind: counts for kind, counts in _buffer.items() if counts}
+        for kind in pending:
+            _buffer[kind] = Counter()
+    for kind, counts in pending.items():
+        try:
+            write_usage(kind, counts)
+        except Exception:
+            log.exception("could not write %s usage counters; %d ids dropped", kind, len(counts))
+
+
+def _ensure_flusher() -> None:
+    global _flusher
+    if _flusher is not None and _flusher.is_alive():
+        return
+    with _buffer_lock:
+        if _flusher is not None and _flusher.is_alive():
+            return
+        _flusher = threading.Thread(target=_flush_loop, name="api-usage-flusher", daemon=True)
+        _flusher.start()
+
+
+def _flush_loop() -> None:
+    while True:
+        _wake.wait(max(_interval(), 0.05))
+        _wake.clear()
+        try:
+            flush_usage()
+        finally:
+            connection.close()
+
+
+atexit.register(flush_usage)

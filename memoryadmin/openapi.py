@@ -1,0 +1,346 @@
+"""OpenAPI 3.1 description of the agents' API, served at /api/v1/openapi.json.
+
+Kept next to the views by hand (there are four endpoints); tests check that every
+route here exists, that every API route is described, and that the examples validate
+against the schemas and are accepted by the real endpoints.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+PREFIX = "/api/v1"
+
+
+def _error_response(description: str, code: str, message: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {
+            "application/json": {
+                "schema": {"$ref": "#/components/schemas/Error"},
+                "example": {"error": {"code": code, "message": message}},
+            }
+        },
+    }
+
+
+_ERRORS = {
+    "400": _error_response(
+        "Malformed JSON, or a field that is missing or invalid (the message names it)",
+        "invalid_field",
+        "user_id: is required",
+    ),
+    "401": _error_response("No API key, an unknown key, or a revoked key", "invalid_key", "unknown API key"),
+    "403": _error_response(
+        "The key may not act for this agent", "agent_not_allowed", "this key may not act for the agent 'coder'"
+    ),
+    "405": _error_response("Wrong method", "method_not_allowed", "use POST for this endpoint"),
+    "429": _error_response(
+        "The key made more requests this minute than its rate limit allows (see Retry-After)",
+        "rate_limited",
+        "this key may make 6000 requests a minute",
+    ),
+}
+
+
+def _errors(*statuses: str) -> dict[str, Any]:
+    return {status: _ERRORS[status] for status in statuses}
+
+
+TURN_EXAMPLE: dict[str, Any] = {
+    "user_id": "alice",
+    "agent_name": "coder",
+    "thread_id": "thread-42",
+    "project_id": None,
+    "messages": [
+        {"id": "m1", "role": "user", "content": "我主要做 Python 后端开发，平时请用中文解释技术问题。"},
+        {"id": "m2", "role": "assistant", "content": "好的，之后我会用中文解释。"},
+    ],
+}
+
+_SCOPE_PARAMS = [
+    {"name": "user_id", "in": "query", "required": True, "schema": {"$ref": "#/components/schemas/Id"}},
+    {
+        "name": "agent_name",
+        "in": "query",
+        "required": False,
+        "description": "Lower-case [a-z0-9-]; missing means the default agent bucket",
+        "schema": {"$ref": "#/components/schemas/AgentName"},
+    },
+    {
+        "name": "project_id",
+        "in": "query",
+        "required": False,
+        "description": "Load this project's memory too (and only this project's)",
+        "schema": {"$ref": "#/components/schemas/Id"},
+    },
+]
+
+
+def _turn_operation(summary: str, description: str, operation_id: str) -> dict[str, Any]:
+    return {
+        "operationId": operation_id,
+        "summary": summary,
+        "description": description,
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {"$ref": "#/components/schemas/TurnRequest"},
+                    "example": TURN_EXAMPLE,
+                }
+            },
+        },
+        "responses": {
+            "202": {
+                "description": "Stored; messages already seen in this thread are not counted again",
+                "content": {
+                    "application/json": {
+                        "schema": {"$ref": "#/components/schemas/TurnReceipt"},
+                        "example": {"accepted": 2, "turn_ids": [17]},
+                    }
+                },
+            },
+            **_errors("400", "401", "403", "405"),
+            "413": _error_response(
+                "The body is larger than API_MAX_BODY_BYTES", "too_large", "the body is larger than 1048576 bytes"
+            ),
+            "429": _ERRORS["429"],
+        },
+    }
+
+
+def spec() -> dict[str, Any]:
+    max_id = int(settings.API_MAX_ID_CHARS)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Long-term memory for agents",
+            "version": "1.0.0",
+            "description": (
+                "Agents post finished turns (extracted later, in the worker), flush messages before "
+                "summarization deletes them, and read their memory back as a budgeted context block or "
+                "through search. Authenticate with `Authorization: Bearer <key>`; keys are issued in the "
+                "dashboard or with `manage.py create_api_key`."
+            ),
+        },
+        "servers": [{"url": PREFIX}],
+        "security": [{"bearer": []}],
+        "paths": {
+            "/turns": {
+                "post": _turn_operation(
+                    "Record a finished turn",
+                    "The turn is stored before the answer; extraction runs in the worker after the debounce "
+                    "window, merged with later turns of the same thread.",
+                    "postTurn",
+                )
+            },
+            "/flush": {
+                "post": _turn_operation(
+                    "Flush messages about to be summarized",
+                    "Same body as /turns, processed without debounce. Message ids already extracted are "
+                    "skipped, so flushing and the normal path never extract a message twice.",
+                    "flushTurn",
+                )
+            },
+            "/context": {
+                "get": {
+                    "operationId": "getContext",
+                    "summary": "The memory block to inject into the next model call",
+                    "description": "Rendered at every call within the agent's budgets; `tool` mode renders the "
+                    "profile only (facts come from /search).",
+                    "parameters": [
+                        *_SCOPE_PARAMS,
+                        {
+                            "name": "mode",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "string", "enum": ["auto", "tool"], "default": "auto"},
+                        },
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "The rendered context",
+                            "content": {
+                                "application/json": {
+                                    "schema": {"$ref": "#/components/schemas/Context"},
+                                    "example": {
+                                        "text": "<memory>…</memory>",
+                                        "tokens": 89,
+                                        "included": ["fact_0123456789ab"],
+                                        "excluded": [{"id": "fact_ba9876543210", "reason": "budget"}],
+                                    },
+                                }
+                            },
+                        },
+                        **_errors("400", "401", "403", "405", "429"),
+                    },
+                }
+            },
+            "/search": {
+                "get": {
+                    "operationId": "search",
+                    "summary": "Search the caller's fact cards (what the memory_search tool returns)",
+                    "parameters": [
+                        *_SCOPE_PARAMS,
+                        {
+                            "name": "q",
+                            "in": "query",
+                            "required": True,
+                            "schema": {"type": "string", "minLength": 1, "maxLength": 2000},
+                        },
+                        {
+                            "name": "limit",
+                            "in": "query",
+                            "required": False,
+                            "description": "Clamped to 1..10",
+                            "schema": {"type": "integer", "default": 5},
+                        },
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "Best first, trimmed to the search token cap",
+                            "content": {
+                                "application/json": {
+                                    "schema": {"$ref": "#/components/schemas/SearchResults"},
+                                    "example": {
+                                        "results": [
+                                            {
+                                                "id": "fact_0123456789ab",
+                                                "content": "用户偏好用中文解释技术问题。",
+                                                "category": "preference",
+                                                "confidence": 0.9,
+                                                "score": 1.02,
+                                            }
+                                        ]
+                                    },
+                                }
+                            },
+                        },
+                        **_errors("400", "401", "403", "405", "429"),
+                    },
+                }
+            },
+            "/openapi.json": {
+                "get": {
+                    "operationId": "openapi",
+                    "summary": "This description",
+                    "security": [],
+                    "responses": {"200": {"description": "OpenAPI 3.1 document"}},
+                }
+            },
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "Id": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": max_id,
+                    "pattern": "^[^/\\\\\\x00-\\x1f\\x7f]+$",
+                    "description": "Any text without '/', '\\\\' or control characters; stored hashed on disk",
+                },
+                "AgentName": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,63}$"},
+                "Message": {
+                    "type": "object",
+                    "required": ["id", "role"],
+                    "properties": {
+                        "id": {"type": "string", "minLength": 1, "maxLength": 200},
+                        "role": {
+                            "type": "string",
+                            "enum": ["user", "assistant", "system", "developer", "tool", "function", "human", "ai"],
+                        },
+                        "content": {"oneOf": [{"type": "string"}, {"type": "array"}]},
+                        "additional_kwargs": {
+                            "type": "object",
+                            "description": "origin=memory|runtime|upload and hide_from_ui mark messages "
+                            "that are never evidence of the user",
+                        },
+                        "tool_calls": {"type": "array", "items": {"type": "object"}},
+                        "tool_call_id": {"type": "string"},
+                        "name": {"type": "string"},
+                    },
+                },
+                "TurnRequest": {
+                    "type": "object",
+                    "required": ["user_id", "thread_id", "messages"],
+                    "properties": {
+                        "user_id": {"$ref": "#/components/schemas/Id"},
+                        "agent_name": {"oneOf": [{"$ref": "#/components/schemas/AgentName"}, {"type": "null"}]},
+                        "thread_id": {"$ref": "#/components/schemas/Id"},
+                        "project_id": {"oneOf": [{"$ref": "#/components/schemas/Id"}, {"type": "null"}]},
+                        "messages": {
+                            "type": "array",
+                            "minItems": 1,
+                            "maxItems": int(settings.API_MAX_MESSAGES),
+                            "items": {"$ref": "#/components/schemas/Message"},
+                        },
+                    },
+                },
+                "TurnReceipt": {
+                    "type": "object",
+                    "required": ["accepted", "turn_ids"],
+                    "properties": {
+                        "accepted": {"type": "integer", "minimum": 0, "description": "New messages stored"},
+                        "turn_ids": {"type": "array", "items": {"type": "integer"}},
+                    },
+                },
+                "Context": {
+                    "type": "object",
+                    "required": ["text", "tokens", "included", "excluded"],
+                    "properties": {
+                        "text": {"type": "string"},
+                        "tokens": {"type": "integer", "minimum": 0},
+                        "included": {"type": "array", "items": {"type": "string"}},
+                        "excluded": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["id", "reason"],
+                                "properties": {
+                                    "id": {"type": "string"},
+                                    "reason": {
+                                        "type": "string",
+                                        "enum": ["budget", "correction_budget", "top_n", "expired"],
+                                    },
+                                },
+                            },
+                        },
+                    },
+                },
+                "SearchResults": {
+                    "type": "object",
+                    "required": ["results"],
+                    "properties": {
+                        "results": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["id", "content"],
+                                "properties": {
+                                    "id": {"type": "string"},
+                                    "content": {"type": "string"},
+                                    "category": {"type": "string"},
+                                    "confidence": {"type": "number"},
+                                    "score": {"type": "number"},
+                                },
+                            },
+                        }
+                    },
+                },
+                "Error": {
+                    "type": "object",
+                    "required": ["error"],
+                    "properties": {
+                        "error": {
+                            "type": "object",
+                            "required": ["code", "message"],
+                            "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+                        }
+                    },
+                },
+            },
+        },
+    }
