@@ -107,3 +107,17 @@ def admin_client_(admin_user: User) -> Client:
 
 # Reliability harness: a migrated database shared by subprocesses (tests/helpers_reliability).
 from tests.helpers_reliability.procs import _template_db, proc_env  # noqa: E402, F401
+
+
+# Write path: a local OpenAI-compatible stub the real ChatOpenAI client talks to.
+@pytest.fixture
+def openai_stub(settings: Any) -> Any:
+    from tests.openai_stub import running_stub
+
+    for stub in running_stub():
+        settings.MEMORY_LLM_BASE_URL = stub.url
+        settings.MEMORY_LLM_API_KEY = "test-key"
+        settings.MEMORY_LLM_MODEL = "stub-model"
+        settings.MEMORY_LLM_MAX_RETRIES = 0
+        settings.MEMORY_LLM_TIMEOUT = 5.0
+        yield stub

@@ -1,0 +1,200 @@
+"""The extraction model behind one thin seam (STYLE.md §7).
+
+`extract(rows, profile=…, existing_facts=…)` sends the filtered conversation to any
+OpenAI-compatible server through `ChatOpenAI(...).with_structured_output(MemoryUpdate)`
+and returns the raw tool-call arguments validated **per candidate**
+(`facts.schemas.parse_update`): one bad value never sinks the batch. Anything that is
+not a complete answer (HTTP errors after retries, timeouts, truncated or malformed
+JSON, no tool call) is an `ExtractionError` — never a silent empty result.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+
+from .enums import HISTORY_SECTIONS, USER_SECTIONS, Authority, Category, Durability, Scope
+from .filtering import Row
+from .schemas import MemoryUpdate, Parsed, parse_update
+
+MAX_EXISTING_FACTS = 200
+
+
+class ExtractionError(Exception):
+    """The model gave no usable answer; the turns stay pending and can be retried."""
+
+
+def _values(enum: type) -> str:
+    return " | ".join(member.value for member in enum)
+
+
+EXTRACTION_RULES = f"""\
+You maintain long-term memory about one user for an AI assistant. You receive JSON with
+three parts:
+- "conversation": the NEW messages of this turn, each with an id and a role.
+- "current_profile": the user's stored profile summaries — reference only.
+- "existing_facts": facts already stored (id, key, content) — reference only.
+
+Rules:
+1. Only the new conversation is evidence. The profile and existing facts are there so you
+   can avoid duplicates, reuse keys and notice corrections. Never propose something just
+   because it is already stored; being shown a memory is not the user confirming it.
+2. Evidence must be the user's own words: evidence_message_id is the id of a message with
+   role "user", and evidence_text is copied verbatim from that message. An assistant
+   message can give context, never evidence.
+3. Returning empty lists is normal and correct when nothing is worth remembering.
+4. Prefer what the user states explicitly about their background, lasting preferences
+   and long-term goals. Do not guess the user's identity or skills.
+5. Label every fact for what it is, even when you think it should not be stored:
+   - scope: user (true of the user across tasks) | thread (only this conversation or
+     task) | project (a rule or fact of the project/repository they are working in).
+     Project rules ("this repo uses PostgreSQL", "we squash commits here") are project.
+   - durability: durable | temporary. A one-off request ("answer in English this time",
+     "keep it short today") is temporary.
+   - authority: descriptive (describes the user or project) | transactional (a grant or
+     instruction to act: "you may push", "go ahead and deploy"). A permission stays
+     transactional even when the user says it lasts forever.
+   - category: {_values(Category)}. Use correction when the user corrects how you should
+     work with them (a lasting habit), not for a one-time mistake in the task.
+   - confidence: a number from 0 to 1.
+6. key names one stable attribute in snake_case (response_language, primary_stack). Reuse
+   the key of an existing fact when the user changes or corrects that attribute, so the new
+   value replaces the old one.
+7. summaries update profile sections: {", ".join(USER_SECTIONS)}
+   (history: {", ".join(HISTORY_SECTIONS)}). A summary replaces the section; topOfMind
+   holds the user's current long-term focus, not tonight's task. Same scope/authority
+   labels and the same evidence rules as facts.
+8. confirmations: only when the user explicitly re-confirms an existing fact (name it by
+   key or fact_id, with the user's words as evidence). Repetition is not confirmation.
+
+Allowed values: scope {_values(Scope)}; durability {_values(Durability)}; authority
+{_values(Authority)}; category {_values(Category)}.
+"""
+
+
+@dataclass
+class Extraction:
+    """What the model answered: the raw arguments and each candidate validated alone."""
+
+    arguments: dict[str, Any]
+    parsed: list[Parsed]
+    model_name: str
+    model_ms: float
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    request: list[dict[str, str]] = field(default_factory=list)
+
+
+def build_model(**overrides: Any) -> BaseChatModel:
+    """`ChatOpenAI` configured from settings (any OpenAI-compatible server)."""
+    from langchain_openai import ChatOpenAI
+
+    options: dict[str, Any] = {
+        "model": settings.MEMORY_LLM_MODEL,
+        "api_key": settings.MEMORY_LLM_API_KEY or "not-needed",
+        "timeout": settings.MEMORY_LLM_TIMEOUT,
+        "max_retries": settings.MEMORY_LLM_MAX_RETRIES,
+        "temperature": 0,
+        # ChatOpenAI renames max_tokens to max_completion_tokens, which some servers
+        # ignore; send the old name explicitly.
+        "extra_body": {"max_tokens": settings.MEMORY_LLM_MAX_TOKENS},
+    }
+    if settings.MEMORY_LLM_BASE_URL:
+        options["base_url"] = settings.MEMORY_LLM_BASE_URL
+    options.update(overrides)
+    return ChatOpenAI(**options)
+
+
+def build_request(
+    rows: Sequence[Row], *, profile: Mapping[str, str], existing_facts: Sequence[Mapping[str, Any]]
+) -> list[SystemMessage | HumanMessage]:
+    payload = {
+        "current_profile": {name: text for name, text in profile.items() if text},
+        "existing_facts": [
+            {"id": f["id"], "key": f["key"], "content": f["content"]} for f in existing_facts[:MAX_EXISTING_FACTS]
+        ],
+        "conversation": [dict(row) for row in rows],
+    }
+    return [SystemMessage(content=EXTRACTION_RULES), HumanMessage(content=json.dumps(payload, ensure_ascii=False))]
+
+
+def _arguments(message: Any) -> dict[str, Any]:
+    """The tool-call arguments (function calling) or the JSON content (json modes)."""
+    if not isinstance(message, AIMessage):
+        raise ExtractionError("the model returned no message")
+    finish = (message.response_metadata or {}).get("finish_reason")
+    if message.tool_calls:
+        args = message.tool_calls[0].get("args")
+        if finish == "length":
+            raise ExtractionError("the model's answer was cut off (finish_reason=length); raise MEMORY_LLM_MAX_TOKENS")
+        if not isinstance(args, dict):
+            raise ExtractionError("the model's tool call has no arguments")
+        return args
+    if message.invalid_tool_calls:
+        error = message.invalid_tool_calls[0].get("error") or "not valid JSON"
+        hint = " (cut off: finish_reason=length)" if finish == "length" else ""
+        raise ExtractionError(f"the model's tool call arguments are malformed{hint}: {str(error)[:200]}")
+    if isinstance(message.content, str) and message.content.strip():
+        try:
+            data = json.loads(message.content)
+        except json.JSONDecodeError:
+            raise ExtractionError("the model answered with text instead of a tool call") from None
+        if isinstance(data, dict):
+            return data
+    raise ExtractionError("the model returned no tool call")
+
+
+def extract(
+    rows: Sequence[Row],
+    *,
+    profile: Mapping[str, str] | None = None,
+    existing_facts: Sequence[Mapping[str, Any]] = (),
+    model: BaseChatModel | None = None,
+) -> Extraction:
+    """Ask the model for candidates. Raises `ExtractionError` on any failure."""
+    import openai
+
+    chat = model or build_model()
+    structured = chat.with_structured_output(MemoryUpdate, method=settings.MEMORY_LLM_METHOD, include_raw=True)
+    request = build_request(rows, profile=profile or {}, existing_facts=existing_facts)
+    started = time.perf_counter()
+    try:
+        # Transport retries with exponential backoff are the openai client's
+        # (max_retries): 5xx, 429, timeouts and dropped connections.
+        answer = structured.invoke(request)
+    except openai.APITimeoutError:
+        raise ExtractionError(f"the model did not answer within {settings.MEMORY_LLM_TIMEOUT:g} s") from None
+    except openai.APIStatusError as exc:
+        raise ExtractionError(f"the model server answered HTTP {exc.status_code}: {str(exc.message)[:200]}") from None
+    except openai.APIConnectionError as exc:
+        raise ExtractionError(f"could not reach the model server: {exc}") from None
+    except openai.OpenAIError as exc:
+        raise ExtractionError(f"model call failed: {exc}") from None
+    except (ValueError, TypeError, KeyError) as exc:
+        # The client could not even build a message from the reply (e.g. arguments
+        # that are JSON but not an object).
+        raise ExtractionError(f"the model's answer could not be read: {str(exc)[:300]}") from None
+    model_ms = (time.perf_counter() - started) * 1000
+    raw = answer.get("raw") if isinstance(answer, dict) else None
+    arguments = _arguments(raw)
+    try:
+        parsed = parse_update(arguments)
+    except TypeError as exc:
+        raise ExtractionError(str(exc)) from None
+    usage = getattr(raw, "usage_metadata", None) or {}
+    return Extraction(
+        arguments=arguments,
+        parsed=parsed,
+        model_name=str(getattr(chat, "model_name", "") or getattr(chat, "model", "") or ""),
+        model_ms=model_ms,
+        prompt_tokens=usage.get("input_tokens"),
+        completion_tokens=usage.get("output_tokens"),
+        request=[{"role": m.type, "content": str(m.content)} for m in request],
+    )
