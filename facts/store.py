@@ -13,6 +13,7 @@ Nothing here touches the database; `facts.writer` composes store + mirror + inde
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -20,6 +21,7 @@ import re
 import secrets
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -424,6 +426,34 @@ class Store:
         finally:
             for lock in reversed(held):
                 lock.release()
+
+    @contextmanager
+    def commit_gate(self, *, exclusive: bool = False) -> Iterator[None]:
+        """Every commit holds this gate shared while it writes files and mirror; a rebuild
+        holds it exclusively for its short final catch-up, so no commit can slip between
+        the rebuild re-reading the files and applying what it read.
+
+        Taken after the bucket locks (never the other way round), so it cannot deadlock
+        with them. A fresh descriptor each time: flock locks belong to the open file, so
+        threads and nested commits each hold their own share.
+        """
+        path = self.root / ".locks" / "commit-gate.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        try:
+            deadline = time.monotonic() + self.lock_timeout
+            while True:
+                try:
+                    fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise LockTimeout("timed out waiting for a rebuild to finish its catch-up") from None
+                    time.sleep(0.005)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
 
     def _lock_for(self, name: str) -> FileLock:
         path = self.root / ".locks" / f"{name}.lock"

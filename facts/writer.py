@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from django.db import transaction
 
@@ -135,35 +136,52 @@ def commit(
     result = CommitResult()
     rows: list[FactCard] = []
     revisions: list[FactRevision] = []
-    with store.lock(*{Bucket.of(op.card) for op in ops}):
+    with store.lock(*{Bucket.of(op.card) for op in ops}), store.commit_gate():
+        # Every revision is checked before the first file is written: a conflict on the
+        # third card of a batch must not leave the first two written behind the
+        # mirror's back.
+        planned: list[tuple[Put | Delete, Path, Card | None, Card | None]] = []
+        pending: dict[str, Card | None] = {}  # a card named twice in one batch sees its first op
         for op in ops:
             path = store.card_path(op.card)
-            current = store.read_card_at(path) if path.exists() else None
+            if op.card.id in pending:
+                current = pending[op.card.id]
+            else:
+                current = store.read_card_at(path) if path.exists() else None
             _check_revision(op, current)
-            if isinstance(op, Delete):
+            card = None
+            if isinstance(op, Put):
+                card = op.card
                 if current is not None:
-                    store.delete_card(op.card)
-                    result.deleted.append(current)
-                continue
-            card = op.card
-            if current is not None:
-                card = card.model_copy(update={"revision": current.revision + 1})
-            text = dump_card(card)
-            atomic_write(path, text)
-            result.written.append(card)
-            rel = store.relative(path)
-            rows.append(mirror_row(card, rel, file_digest(text)))
-            revisions.append(
-                FactRevision(fact_id=card.id, revision=card.revision, text=text, actor=actor, reason=reason)
-            )
-        # Mirror and index are updated while the lock is still held, so two writers can
-        # never leave the mirror in the older writer's state.
-        with transaction.atomic():
-            upsert_mirror(rows)
-            if result.deleted:
-                FactCard.objects.filter(id__in=[c.id for c in result.deleted]).delete()
-            FactRevision.objects.bulk_create(revisions, ignore_conflicts=True, batch_size=500)
-        hooks.cards_changed(result.written, result.deleted)
+                    card = card.model_copy(update={"revision": current.revision + 1})
+            pending[op.card.id] = card
+            planned.append((op, path, current, card))
+        try:
+            for op, path, current, card in planned:
+                if card is None:
+                    if current is not None:
+                        store.delete_card(op.card)
+                        result.deleted.append(current)
+                    continue
+                text = dump_card(card)
+                atomic_write(path, text)
+                result.written.append(card)
+                rel = store.relative(path)
+                rows.append(mirror_row(card, rel, file_digest(text)))
+                revisions.append(
+                    FactRevision(fact_id=card.id, revision=card.revision, text=text, actor=actor, reason=reason)
+                )
+        finally:
+            # Mirror and index are updated while the lock is still held, so two writers can
+            # never leave the mirror in the older writer's state. Should a file write fail
+            # half-way (disk full), the files already written still reach mirror and index.
+            if result.written or result.deleted:
+                with transaction.atomic():
+                    upsert_mirror(rows)
+                    if result.deleted:
+                        FactCard.objects.filter(id__in=[c.id for c in result.deleted]).delete()
+                    FactRevision.objects.bulk_create(revisions, ignore_conflicts=True, batch_size=500)
+                hooks.cards_changed(result.written, result.deleted)
     return result
 
 
@@ -255,7 +273,7 @@ def commit_profile(
     """Read-modify-write of a user's memory.json under the user's lock."""
     store = store or get_store()
     bucket = Bucket(user_id=user_id, agent_name=None)
-    with store.lock(bucket):
+    with store.lock(bucket), store.commit_gate():
         current = store.read_profile(user_id)
         if expected_revision is not None and current.revision != expected_revision:
             raise RevisionConflict(

@@ -1,0 +1,75 @@
+"""A batch that fails half-way never leaves files and mirror apart."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from facts import writer
+from facts.mirror import mirror_drift, snapshot
+from facts.models import FactCard
+from facts.store import LockTimeout, RevisionConflict, Store
+from facts.writer import Put, commit, save_card
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_revision_conflict_late_in_a_batch_writes_nothing(store: Store, make_card) -> None:
+    old = save_card(make_card(), actor="seed")
+    save_card(old.model_copy(update={"content": "v2"}), actor="seed")
+    fresh = make_card()
+    with pytest.raises(RevisionConflict):
+        commit([Put(fresh), Put(old.model_copy(update={"content": "stale"}), expected_revision=1)], actor="x")
+    assert not store.card_path(fresh).exists(), "the first card of a refused batch was written"
+    assert mirror_drift(snapshot(store)).clean
+
+
+def test_a_disk_failure_half_way_still_mirrors_what_was_written(store: Store, make_card, monkeypatch) -> None:
+    real = writer.atomic_write
+    calls = {"n": 0}
+
+    def failing(path, text):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError(28, "No space left on device")
+        real(path, text)
+
+    monkeypatch.setattr(writer, "atomic_write", failing)
+    first, second = make_card(), make_card()
+    with pytest.raises(OSError):
+        commit([Put(first), Put(second)], actor="x")
+    assert FactCard.objects.filter(id=first.id).exists()
+    assert not store.card_path(second).exists()
+    assert mirror_drift(snapshot(store)).clean
+
+
+def test_a_card_named_twice_in_one_batch_gets_two_revisions(store: Store, make_card) -> None:
+    card = make_card()
+    result = commit([Put(card), Put(card.model_copy(update={"content": "second"}), expected_revision=1)], actor="x")
+    assert [c.revision for c in result.written] == [1, 2]
+    assert store.read_card_at(store.card_path(card)).content == "second"
+
+
+def test_commits_wait_for_a_rebuild_catch_up_and_time_out_cleanly(memory_root, make_card) -> None:
+    store = Store(memory_root, lock_timeout=0.3)
+    held, release = threading.Event(), threading.Event()
+
+    def rebuild_catch_up() -> None:
+        with store.commit_gate(exclusive=True):
+            held.set()
+            release.wait(5)
+
+    thread = threading.Thread(target=rebuild_catch_up)
+    thread.start()
+    held.wait(5)
+    card = make_card()
+    try:
+        with pytest.raises(LockTimeout):
+            commit([Put(card)], actor="x", store=store)
+        assert not store.card_path(card).exists()
+    finally:
+        release.set()
+        thread.join()
+    commit([Put(card)], actor="x", store=store)
+    assert store.card_path(card).exists()
