@@ -1,3 +1,27 @@
 """Dashboard URLs of this app (included at the site root by memoryadmin.urls)."""
 
-urlpatterns: list = []
+from django.urls import path
+
+from . import views, views_profiles, views_review
+
+urlpatterns = [
+    path("facts/", views.fact_list, name="fact_list"),
+    path("facts/<str:fact_id>/", views.fact_detail, name="fact_detail"),
+    path("facts/<str:fact_id>/correct/", views.fact_correct, name="fact_correct"),
+    path("facts/<str:fact_id>/expire/", views.fact_expire, name="fact_expire"),
+    path("facts/<str:fact_id>/restore/", views.fact_restore, name="fact_restore"),
+    path("facts/<str:fact_id>/review-by/", views.fact_review_by, name="fact_review_by"),
+    path("facts/<str:fact_id>/revert/<int:revision>/", views.fact_revert, name="fact_revert"),
+    path("facts/<str:fact_id>/delete/", views.fact_delete, name="fact_delete"),
+    path("forget/", views.forget_thread, name="forget_thread"),
+    path("conflicts/", views.conflicts, name="conflicts"),
+    path("conflicts/resolve/", views.resolve_conflict, name="resolve_conflict"),
+    path("review/", views_review.review_queue, name="review_queue"),
+    path("review/badge/", views_review.open_count, name="review_badge"),
+    path("review/bulk/", views_review.bulk_review, name="bulk_review"),
+    path("review/<int:pk>/", views_review.candidate_detail, name="candidate_detail"),
+    path("review/<int:pk>/approve/", views_review.candidate_approve, name="candidate_approve"),
+    path("review/<int:pk>/dismiss/", views_review.candidate_dismiss, name="candidate_dismiss"),
+    path("profiles/", views_profiles.profiles, name="profiles"),
+    path("profiles/edit/", views_profiles.profile_edit, name="profile_edit"),
+]

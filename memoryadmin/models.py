@@ -49,3 +49,27 @@ class ApiKey(models.Model):
 
     def allows(self, agent_name: str) -> bool:
         return not self.allowed_agents or agent_name in self.allowed_agents
+
+
+class DriftCheck(models.Model):
+    """The last comparison of files, mirror and index, kept so that the overview can show
+    index health without scanning every file on each request."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    requested_by = models.CharField(max_length=150, blank=True, default="")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
+    error = models.TextField(blank=True, default="")
+    clean = models.BooleanField(default=True)
+    files = models.PositiveIntegerField(default=0, help_text="cards in the mirror after the check")
+    report = models.JSONField(default=dict, help_text="memoryadmin.rebuild.CheckReport.as_dict(), lists trimmed")
+    counts = models.JSONField(default=dict, help_text="{part: {missing, extra, changed}} and unreadable")
+    duration_s = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        # overview and index console: the latest check
+        indexes = [models.Index(fields=["-created_at"], name="drift_recent")]

@@ -2,10 +2,10 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from facts import views as facts_views
+from memoryadmin import views as dashboard_views
 
 urlpatterns = [
-    path("", facts_views.overview, name="overview"),
+    path("", dashboard_views.overview, name="overview"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include("memoryadmin.api_urls")),

@@ -1,0 +1,201 @@
+"""Forms of the write-side dashboard pages. Every input, GET filters included, goes
+through one of these."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, time
+from typing import Any
+
+from django import forms
+
+from .enums import PROFILE_SECTIONS, CardStatus, Category, choices
+from .models import AuditEvent, Candidate
+from .store import InvalidId, normalize_agent
+
+ANY = [("", "any")]
+REASON_CODES = (
+    "scope_thread",
+    "scope_project",
+    "temporary",
+    "transactional",
+    "low_confidence",
+    "evidence_missing",
+    "evidence_not_user",
+    "duplicate",
+    "invalid",
+)
+
+
+def clean_agent(value: str) -> str:
+    value = (value or "").strip()
+    if not value:
+        return ""
+    try:
+        return normalize_agent(value)
+    except InvalidId as exc:
+        raise forms.ValidationError(str(exc)) from None
+
+
+def day_start(value: Any) -> datetime | None:
+    return None if value is None else datetime.combine(value, time.min, tzinfo=UTC)
+
+
+def day_end(value: Any) -> datetime | None:
+    return None if value is None else datetime.combine(value, time.max, tzinfo=UTC)
+
+
+class ScopeFilters(forms.Form):
+    user = forms.CharField(required=False, max_length=200)
+    agent = forms.CharField(required=False, max_length=64)
+
+    def clean_agent(self) -> str:
+        return clean_agent(self.cleaned_data.get("agent", ""))
+
+    def clean_user(self) -> str:
+        return self.cleaned_data.get("user", "").strip()
+
+
+class FactFilters(ScopeFilters):
+    project = forms.CharField(required=False, max_length=200)
+    category = forms.ChoiceField(required=False, choices=ANY + choices(Category))
+    status = forms.ChoiceField(required=False, choices=ANY + choices(CardStatus))
+    key = forms.CharField(required=False, max_length=120)
+    thread = forms.CharField(required=False, max_length=200)
+    q = forms.CharField(required=False, max_length=300, label="Text search")
+    page = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("q") and not (data.get("user") and data.get("agent")) and not data.get("project"):
+            self.add_error("q", "Text search runs in one scope: give a user and an agent (or a project).")
+        return data
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
+
+
+class OptionalReasonForm(forms.Form):
+    reason = forms.CharField(required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
+
+
+class CorrectForm(forms.Form):
+    content = forms.CharField(max_length=5000, widget=forms.Textarea(attrs={"rows": 4}))
+    key = forms.CharField(max_length=120)
+    category = forms.ChoiceField(choices=choices(Category))
+    confidence = forms.FloatField(min_value=0, max_value=1)
+    reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
+
+    def clean_content(self) -> str:
+        value = self.cleaned_data["content"].strip()
+        if not value:
+            raise forms.ValidationError("The content cannot be empty.")
+        return value
+
+    def clean_key(self) -> str:
+        return self.cleaned_data["key"].strip()
+
+
+class ExpireForm(OptionalReasonForm):
+    at = forms.DateTimeField(
+        required=False,
+        label="Expire at (empty: now)",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+
+
+class ReviewByForm(OptionalReasonForm):
+    review_by = forms.DateField(
+        required=False, label="Review by (empty: clear)", widget=forms.DateInput(attrs={"type": "date"})
+    )
+
+
+class ForgetThreadForm(forms.Form):
+    user = forms.CharField(max_length=200)
+    agent = forms.CharField(max_length=64)
+    thread = forms.CharField(max_length=200)
+    reason = forms.CharField(required=False, max_length=2000)
+
+    def clean_agent(self) -> str:
+        return clean_agent(self.cleaned_data.get("agent", ""))
+
+
+class CandidateFilters(ScopeFilters):
+    verdict = forms.ChoiceField(required=False, choices=ANY + list(Candidate.Verdict.choices))
+    reason = forms.ChoiceField(required=False, choices=ANY + [(c, c) for c in REASON_CODES])
+    state = forms.ChoiceField(
+        required=False,
+        choices=[("open", "open (to review)"), *Candidate.ReviewState.choices, ("all", "all")],
+    )
+    kind = forms.ChoiceField(required=False, choices=ANY + list(Candidate.Kind.choices))
+    category = forms.ChoiceField(required=False, choices=ANY + choices(Category))
+    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    page = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+
+
+class ApproveForm(forms.Form):
+    note = forms.CharField(
+        label="Why (kept with the review)", max_length=2000, widget=forms.Textarea(attrs={"rows": 2})
+    )
+    content = forms.CharField(required=False, max_length=5000, widget=forms.Textarea(attrs={"rows": 3}))
+    key = forms.CharField(required=False, max_length=120)
+    category = forms.ChoiceField(required=False, choices=ANY + choices(Category))
+    confidence = forms.FloatField(required=False, min_value=0, max_value=1)
+
+    def overrides(self, candidate: Candidate) -> dict[str, Any]:
+        """Only the fields the reviewer actually changed."""
+        out: dict[str, Any] = {}
+        data = self.cleaned_data
+        for name in ("content", "key", "category"):
+            value = (data.get(name) or "").strip()
+            if value and value != (getattr(candidate, name) or ""):
+                out[name] = value
+        if data.get("confidence") is not None and data["confidence"] != candidate.confidence:
+            out["confidence"] = data["confidence"]
+        return out
+
+
+class DismissForm(forms.Form):
+    note = forms.CharField(required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
+
+
+class BulkForm(CandidateFilters):
+    action = forms.ChoiceField(choices=[("approve", "approve"), ("dismiss", "dismiss")])
+    note = forms.CharField(required=False, max_length=2000)
+    confirm = forms.BooleanField(required=False)
+    expected = forms.IntegerField(required=False, min_value=0, widget=forms.HiddenInput)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("confirm") and data.get("action") == "approve" and not (data.get("note") or "").strip():
+            self.add_error("note", "Approving overrides the gate: write why.")
+        return data
+
+
+class ProfileSectionForm(forms.Form):
+    section = forms.ChoiceField(choices=[(s, s) for s in PROFILE_SECTIONS])
+    summary = forms.CharField(required=False, max_length=10000, widget=forms.Textarea(attrs={"rows": 3}))
+    revision = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
+    reason = forms.CharField(required=False, max_length=2000)
+
+
+class UserPick(forms.Form):
+    user = forms.CharField(max_length=200)
+
+
+class AuditFilters(forms.Form):
+    action = forms.ChoiceField(required=False, choices=ANY + list(AuditEvent.Action.choices))
+    actor = forms.CharField(required=False, max_length=150)
+    user = forms.CharField(required=False, max_length=200)
+    agent = forms.CharField(required=False, max_length=64)
+    target = forms.CharField(required=False, max_length=200)
+    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    page = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+
+
+class ResolveForm(forms.Form):
+    keep = forms.CharField(max_length=17)
+    others = forms.CharField(max_length=2000, help_text="comma-separated fact ids")
+    reason = forms.CharField(required=False, max_length=2000)

@@ -1,0 +1,154 @@
+"""Profiles: every section of a user's memory.json, editable, with its history."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required, permission_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from . import writer
+from .access import CURATE
+from .enums import HISTORY_SECTIONS, PROFILE_SECTIONS, USER_SECTIONS, SourceKind
+from .forms import ProfileSectionForm, UserPick
+from .models import AuditEvent, ProfileRevision, ProfileSection
+from .store import InvalidId, Profile, RevisionConflict, Section, SectionSource, get_store, now_utc
+from .views import actor_of, audit, diff_lines, page_of
+
+
+@dataclass
+class SectionView:
+    name: str
+    group: str
+    section: Section
+    form: ProfileSectionForm
+
+
+@dataclass
+class ProfileVersion:
+    revision: int
+    actor: str
+    reason: str
+    created_at: datetime
+    diffs: list[tuple[str, list[tuple[str, str]]]]
+
+
+def summaries(document: dict[str, Any]) -> dict[str, str]:
+    out = {}
+    for group in ("user", "history"):
+        for name, section in (document.get(group) or {}).items():
+            out[name] = (section or {}).get("summary", "") if isinstance(section, dict) else ""
+    return out
+
+
+def history_of(user_id: str) -> list[ProfileVersion]:
+    revisions = list(ProfileRevision.objects.filter(user_id=user_id).order_by("revision")[:500])
+    out: list[ProfileVersion] = []
+    previous: dict[str, str] = {}
+    for rev in revisions:
+        now = summaries(rev.document)
+        diffs = []
+        for name in PROFILE_SECTIONS:
+            if previous.get(name, "") != now.get(name, ""):
+                diffs.append((name, diff_lines(previous.get(name, ""), now.get(name, ""))))
+        out.append(ProfileVersion(rev.revision, rev.actor, rev.reason, rev.created_at, diffs))
+        previous = now
+    out.reverse()
+    return out
+
+
+@require_GET
+@login_required
+def profiles(request: HttpRequest) -> HttpResponse:
+    pick = UserPick(request.GET if "user" in request.GET else None)
+    if not pick.is_bound or not pick.is_valid():
+        users = ProfileSection.objects.values_list("user_id", flat=True).distinct().order_by("user_id")
+        page = page_of(request, users, request.GET.get("page") if str(request.GET.get("page", "")).isdigit() else 1)
+        return render(request, "facts/profiles.html", {"pick": pick, "page": page})
+    user_id = pick.cleaned_data["user"]
+    try:
+        profile = get_store().read_profile(user_id)
+    except InvalidId as exc:
+        pick.add_error("user", str(exc))
+        return render(request, "facts/profiles.html", {"pick": pick, "page": None}, status=400)
+    sections = []
+    for name in PROFILE_SECTIONS:
+        section = profile.section(name)
+        form = ProfileSectionForm(
+            initial={"section": name, "summary": section.summary, "revision": profile.revision}, prefix=name
+        )
+        sections.append(SectionView(name, "user" if name in USER_SECTIONS else "history", section, form))
+    ctx = {
+        "pick": pick,
+        "user_id": user_id,
+        "profile": profile,
+        "sections": sections,
+        "history": history_of(user_id),
+        "user_sections": USER_SECTIONS,
+        "history_sections": HISTORY_SECTIONS,
+    }
+    return render(request, "facts/profile.html", ctx)
+
+
+@login_required
+@permission_required(CURATE, raise_exception=True)
+@require_POST
+def profile_edit(request: HttpRequest) -> HttpResponse:
+    pick = UserPick(request.POST)
+    name = request.POST.get("section_name", "")
+    if not pick.is_valid() or name not in PROFILE_SECTIONS:
+        messages.error(request, "Not saved: unknown user or section.")
+        return redirect("profiles")
+    user_id = pick.cleaned_data["user"]
+    page = reverse("profiles") + "?" + urlencode({"user": user_id})
+    form = ProfileSectionForm(request.POST, prefix=name)
+    if not form.is_valid() or form.cleaned_data["section"] != name:
+        messages.error(request, "Not saved: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+        return redirect(page)
+    data = form.cleaned_data
+    reason = data.get("reason", "")
+    actor = actor_of(request)
+
+    def change(profile: Profile) -> Profile:
+        old = profile.section(name)
+        if old.summary == data["summary"]:
+            return profile
+        profile.set_section(
+            name,
+            Section(
+                summary=data["summary"], updated_at=now_utc(), source=SectionSource(kind=SourceKind.MANUAL, actor=actor)
+            ),
+        )
+        return profile
+
+    try:
+        updated = writer.commit_profile(user_id, change, actor=actor, reason=reason, expected_revision=data["revision"])
+    except RevisionConflict:
+        messages.error(
+            request,
+            "Not saved: the profile changed since you opened it. Your text is below; reload and apply it again.",
+        )
+        return redirect(page)
+    except InvalidId as exc:
+        messages.error(request, f"Not saved: {exc}")
+        return redirect("profiles")
+    if updated.revision == data["revision"]:
+        messages.info(request, f"{name}: nothing changed.")
+    else:
+        audit(
+            request,
+            AuditEvent.Action.PROFILE_EDIT,
+            target=name,
+            user_id=user_id,
+            reason=reason,
+            revision=updated.revision,
+        )
+        messages.success(request, f"{name} saved (profile revision {updated.revision}).")
+    return redirect(page + f"#section-{name}")

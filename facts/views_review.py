@@ -1,0 +1,300 @@
+"""The review queue: candidates with their verdicts, evidence in its conversation, and
+the reviewer's approve / correct-and-approve / dismiss (single and bulk)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required, permission_required
+from django.db import connection
+from django.db.models import Q, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_POST
+
+from .access import CURATE
+from .enums import CardStatus
+from .forms import ApproveForm, BulkForm, CandidateFilters, DismissForm, day_end, day_start
+from .models import Candidate, FactCard
+from .store import LockTimeout, RevisionConflict
+from .views import actor_of, changed, forget_counts, open_candidates, page_of, query_without_page
+
+BULK_LIMIT = 500
+
+
+def with_reason(rows: QuerySet[Candidate], code: str) -> QuerySet[Candidate]:
+    if connection.vendor == "postgresql":
+        return rows.filter(reasons__contains=[code])
+    # SQLite has no JSON containment lookup; json_each keeps it exact (no substring hits).
+    table = Candidate._meta.db_table
+    return rows.extra(
+        where=[f"EXISTS (SELECT 1 FROM json_each({table}.reasons) WHERE json_each.value = %s)"], params=[code]
+    )
+
+
+def filtered_candidates(data: dict[str, Any]) -> QuerySet[Candidate]:
+    state = data.get("state") or "open"
+    if state == "open":
+        rows = open_candidates()
+    elif state == "all":
+        rows = Candidate.objects.all()
+    else:
+        rows = Candidate.objects.filter(review_state=state)
+    if data.get("verdict"):
+        rows = rows.filter(verdict=data["verdict"])
+    if data.get("reason"):
+        rows = with_reason(rows, data["reason"])
+    if data.get("user"):
+        rows = rows.filter(user_id=data["user"])
+    if data.get("agent"):
+        rows = rows.filter(agent_name=data["agent"])
+    if data.get("kind"):
+        rows = rows.filter(kind=data["kind"])
+    if data.get("category"):
+        rows = rows.filter(category=data["category"])
+    if data.get("since"):
+        rows = rows.filter(created_at__gte=day_start(data["since"]))
+    if data.get("until"):
+        rows = rows.filter(created_at__lte=day_end(data["until"]))
+    return rows.order_by("-created_at", "-id")
+
+
+@require_GET
+@login_required
+def review_queue(request: HttpRequest) -> HttpResponse:
+    form = CandidateFilters(request.GET)
+    if form.is_valid():
+        rows = filtered_candidates(form.cleaned_data).select_related("run")
+        page = page_of(request, rows, form.cleaned_data.get("page"), per_page=25)
+        query = query_without_page(form.cleaned_data)
+    else:
+        page = page_of(request, Candidate.objects.none(), 1)
+        query = ""
+    ctx = {"form": form, "page": page, "query": query, "next": request.get_full_path()}
+    if request.htmx and request.htmx.target == "candidate-rows":
+        return render(request, "facts/review_queue.html#rows", ctx)
+    return render(request, "facts/review_queue.html", ctx)
+
+
+@require_GET
+@login_required
+def open_count(request: HttpRequest) -> HttpResponse:
+    """The badge in the navigation; refreshed by the `candidatesChanged` event."""
+    return render(request, "facts/review_queue.html#badge", {"open_count": open_candidates().count()})
+
+
+@dataclass
+class Segment:
+    text: str
+    mark: bool = False
+
+
+@dataclass
+class ConversationRow:
+    id: str
+    role: str
+    segments: list[Segment]
+    is_evidence: bool
+
+
+def conversation(candidate: Candidate) -> tuple[list[ConversationRow], bool]:
+    """The filtered rows of the candidate's run, the evidence span marked.
+
+    Returns the rows and whether the evidence text was found in the named message.
+    """
+    out: list[ConversationRow] = []
+    found = False
+    for item in candidate.run.filtered_rows or []:
+        if not isinstance(item, dict):
+            continue
+        content = str(item.get("content", ""))
+        mid = str(item.get("id", ""))
+        is_evidence = mid == candidate.evidence_message_id and bool(candidate.evidence_message_id)
+        segments = [Segment(content)]
+        needle = candidate.evidence_text
+        if is_evidence and needle and needle in content:
+            start = content.index(needle)
+            segments = [Segment(content[:start]), Segment(needle, True), Segment(content[start + len(needle) :])]
+            found = True
+        out.append(ConversationRow(mid, str(item.get("role", "")), segments, is_evidence))
+    return out, found
+
+
+def existing_card(candidate: Candidate) -> FactCard | None:
+    """The live card of the same key in the candidate's bucket: what approval would replace."""
+    if candidate.kind != Candidate.Kind.FACT or not candidate.key:
+        return None
+    rows = FactCard.objects.filter(key=candidate.key, status=CardStatus.ACTIVE)
+    if candidate.scope == "project" and candidate.project_id:
+        rows = rows.filter(project_id=candidate.project_id, user_id="")
+    else:
+        rows = rows.filter(user_id=candidate.user_id, agent_name=candidate.agent_name)
+    return rows.order_by("-updated_at").first()
+
+
+def candidate_or_404(pk: int) -> Candidate:
+    candidate = Candidate.objects.select_related("run", "reviewed_by").filter(pk=pk).first()
+    if candidate is None:
+        raise Http404("no such candidate")
+    return candidate
+
+
+@require_GET
+@login_required
+def candidate_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    candidate = candidate_or_404(pk)
+    rows, found = conversation(candidate)
+    initial = {
+        "content": candidate.content,
+        "key": candidate.key,
+        "category": candidate.category,
+        "confidence": candidate.confidence,
+    }
+    ctx = {
+        "c": candidate,
+        "rows": rows,
+        "evidence_found": found,
+        "existing": existing_card(candidate),
+        "approve_form": ApproveForm(initial=initial),
+        "dismiss_form": DismissForm(),
+        "reviewable": is_reviewable(candidate),
+    }
+    return render(request, "facts/candidate.html", ctx)
+
+
+def is_reviewable(candidate: Candidate) -> bool:
+    return candidate.review_state == Candidate.ReviewState.PENDING or (
+        candidate.verdict == Candidate.Verdict.REJECTED and candidate.review_state == Candidate.ReviewState.NONE
+    )
+
+
+def back(request: HttpRequest, default: str) -> str:
+    target = request.POST.get("next", "")
+    if target and url_has_allowed_host_and_scheme(target, {request.get_host()}):
+        return target
+    return default
+
+
+def gate() -> Any:
+    from . import gate as module
+
+    return module
+
+
+def approve_one(request: HttpRequest, candidate: Candidate, note: str, overrides: dict[str, Any] | None) -> str | None:
+    """The gate writes the card, records the review and the audit event."""
+    return gate().apply_candidate(candidate, actor=actor_of(request), note=note, overrides=overrides or None)
+
+
+def dismiss_one(request: HttpRequest, candidate: Candidate, note: str) -> None:
+    gate().dismiss_candidate(candidate, actor=actor_of(request), note=note)
+
+
+def row_response(request: HttpRequest, candidate: Candidate, default: str) -> HttpResponse:
+    if request.htmx:
+        candidate = candidate_or_404(candidate.pk)
+        response = render(request, "facts/review_queue.html#row", {"c": candidate, "next": back(request, default)})
+        return changed(changed(response, "candidatesChanged"), "factsChanged")
+    return redirect(back(request, default))
+
+
+@login_required
+@permission_required(CURATE, raise_exception=True)
+@require_POST
+def candidate_approve(request: HttpRequest, pk: int) -> HttpResponse:
+    candidate = candidate_or_404(pk)
+    detail = reverse("candidate_detail", args=[pk])
+    if not is_reviewable(candidate):
+        messages.error(request, "This candidate was already reviewed.")
+        return redirect(detail)
+    form = ApproveForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Not approved: approving overrides the gate, so write why.")
+        if request.htmx:
+            return row_response(request, candidate, detail)
+        return redirect(detail)
+    overrides = form.overrides(candidate)
+    try:
+        fact_id = approve_one(request, candidate, form.cleaned_data["note"].strip(), overrides)
+    except (ValueError, RevisionConflict, LockTimeout) as exc:  # ReviewError says which field is wrong
+        messages.error(request, f"Not approved: {exc}")
+        return redirect(detail)
+    forget_counts()
+    messages.success(
+        request, f"Approved{' with corrections' if overrides else ''}: card {fact_id or '(none)'} written."
+    )
+    return row_response(request, candidate, detail)
+
+
+@login_required
+@permission_required(CURATE, raise_exception=True)
+@require_POST
+def candidate_dismiss(request: HttpRequest, pk: int) -> HttpResponse:
+    candidate = candidate_or_404(pk)
+    detail = reverse("candidate_detail", args=[pk])
+    if not is_reviewable(candidate):
+        messages.error(request, "This candidate was already reviewed.")
+        return redirect(detail)
+    form = DismissForm(request.POST)
+    form.is_valid()
+    dismiss_one(request, candidate, form.cleaned_data.get("note", ""))
+    forget_counts()
+    messages.success(request, "Dismissed.")
+    return row_response(request, candidate, detail)
+
+
+@login_required
+@permission_required(CURATE, raise_exception=True)
+def bulk_review(request: HttpRequest) -> HttpResponse:
+    """GET: a dry run (how many would be approved or dismissed). POST with the count the
+    reviewer saw: do it, unless the queue changed in between."""
+    form = BulkForm(request.POST if request.method == "POST" else request.GET)
+    if not form.is_valid():
+        return render(request, "facts/bulk.html", {"form": form, "count": None}, status=400)
+    data = form.cleaned_data
+    rows = filtered_candidates({**data, "state": data.get("state") or "open"})
+    rows = rows.filter(
+        Q(review_state=Candidate.ReviewState.PENDING)
+        | Q(verdict=Candidate.Verdict.REJECTED, review_state=Candidate.ReviewState.NONE)
+    )
+    count = rows.count()
+    if request.method != "POST" or not data.get("confirm"):
+        sample = list(rows[:10])
+        return render(request, "facts/bulk.html", {"form": form, "count": count, "sample": sample, "limit": BULK_LIMIT})
+    if data.get("expected") != count:
+        messages.error(request, f"The queue changed: {count} candidate(s) match now. Check the dry run again.")
+        return render(
+            request,
+            "facts/bulk.html",
+            {
+                "form": BulkForm(initial={**data, "confirm": False}),
+                "count": count,
+                "sample": list(rows[:10]),
+                "limit": BULK_LIMIT,
+            },
+        )
+    done = failed = 0
+    note = (data.get("note") or "").strip()
+    for candidate in rows.select_related("run")[:BULK_LIMIT]:
+        try:
+            if data["action"] == "approve":
+                approve_one(request, candidate, note, None)
+            else:
+                dismiss_one(request, candidate, note)
+            done += 1
+        except (ValueError, RevisionConflict, LockTimeout):
+            failed += 1
+    forget_counts()
+    messages.success(
+        request, f"{data['action'].capitalize()}d {done} candidate(s)" + (f"; {failed} failed" if failed else "") + "."
+    )
+    response = redirect(
+        reverse("review_queue")
+        + "?"
+        + query_without_page({k: v for k, v in data.items() if k in CandidateFilters.base_fields})
+    )
+    return changed(response, "candidatesChanged")
