@@ -131,6 +131,16 @@ def now_utc() -> datetime:
 # --- file formats ----------------------------------------------------------------
 
 
+def _encodable(value: Any) -> Any:
+    """Refuse lone surrogates (JSON can carry "\\ud800"): they cannot be written as UTF-8."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("text is not valid Unicode (lone surrogate)") from None
+    return value
+
+
 class Source(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -139,6 +149,8 @@ class Source(BaseModel):
     thread_id: str | None = None
     message_id: str | None = None
     evidence_text: str | None = None
+
+    _unicode = field_validator("run_id", "thread_id", "message_id", "evidence_text")(_encodable)
 
 
 class Card(BaseModel):
@@ -169,6 +181,18 @@ class Card(BaseModel):
     @classmethod
     def _valid_id(cls, value: str) -> str:
         return check_fact_id(value)
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _body(cls, value: Any) -> Any:
+        # The body is stored as Markdown: line endings become \n and surrounding blank
+        # space goes, exactly as reading the file back does, so what was written is
+        # what is read (a trailing "\x85" or a lone "\r" used to change on the trip).
+        if isinstance(value, str):
+            value = _encodable(value).replace("\r\n", "\n").replace("\r", "\n").strip()
+        return value
+
+    _unicode = field_validator("key", "user_id", "project_id")(_encodable)
 
     @field_validator("created_at", "updated_at", "last_confirmed_at", "expires_at", "review_by")
     @classmethod
