@@ -195,6 +195,10 @@ API_MAX_MESSAGES = env_int("API_MAX_MESSAGES", 500)
 API_MAX_MESSAGE_CHARS = env_int("API_MAX_MESSAGE_CHARS", 100_000)
 API_MAX_ID_CHARS = env_int("API_MAX_ID_CHARS", 200)
 API_RATE_LIMIT_PER_MINUTE = env_int("API_RATE_LIMIT_PER_MINUTE", 6000)
+# The per-key counters, shared by every worker process (default: MEMORY_ROOT/.api/).
+API_RATE_LIMIT_DB = env_str("API_RATE_LIMIT_DB", "")
+# Injection/search counters are buffered and written every N seconds (0: inline).
+API_USAGE_FLUSH_SECONDS = env_float("API_USAGE_FLUSH_SECONDS", 1.0)
 # Django's own request-size guard sits just above the API limit so that the API can
 # answer oversized bodies with its own JSON 413.
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES * 2
