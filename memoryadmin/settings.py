@@ -189,6 +189,12 @@ MEMORY_CORRECTION_BUDGET = env_int("MEMORY_CORRECTION_BUDGET", 500)
 MEMORY_CONTEXT_TOP_N = env_int("MEMORY_CONTEXT_TOP_N", 50)
 MEMORY_SEARCH_TOKEN_CAP = env_int("MEMORY_SEARCH_TOKEN_CAP", 900)
 
+# Write path: a failed extraction is retried by the worker with exponential backoff
+# (base × 2^(attempt-1), capped at an hour) until MAX_ATTEMPTS, then the turns are
+# marked failed for `manage.py process_turns --retry-failed`.
+MEMORY_EXTRACTION_MAX_ATTEMPTS = env_int("MEMORY_EXTRACTION_MAX_ATTEMPTS", 5)
+MEMORY_RETRY_BACKOFF_SECONDS = env_float("MEMORY_RETRY_BACKOFF_SECONDS", 30.0)
+
 # Agents' API.
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 1024 * 1024)
 API_MAX_MESSAGES = env_int("API_MAX_MESSAGES", 500)

@@ -1,0 +1,534 @@
+"""Durable, asynchronous ingestion of agent turns (DESIGN.md §4 "Ingestion").
+
+    record_turn ──► Turn rows (stored before the caller gets an answer)
+                └─► task process_thread(user, agent, thread), run after the debounce window
+    process_thread ──► all pending turns of the thread, merged ──► run_pipeline
+    run_pipeline ──► filter ──► extract (or replay) ──► gate ──► writer
+
+A message id that has been fed to extraction is recorded in `ExtractedMessage` and never
+fed again, whichever path (normal turn, summarization flush, replay) brings it back. A
+failed model call leaves the turns pending with the error and retries with backoff.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
+
+from . import gate
+from .enums import PROFILE_SECTIONS
+from .extraction import ExtractionError, extract
+from .filtering import Row, filter_messages, has_user_text, text_of, to_message
+from .models import Candidate, ExtractedMessage, ExtractionRun, FactCard, Turn
+from .schemas import Parsed, parse_update
+from .store import InvalidId, get_store, normalize_agent, normalize_id
+
+log = logging.getLogger(__name__)
+
+
+class TurnRejected(ValueError):
+    """Bad input: `field` names what is wrong (for a 400 answer)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass
+class Receipt:
+    accepted: int
+    turn_ids: list[int]
+
+
+@dataclass
+class CandidateSummary:
+    kind: str
+    key: str
+    section: str
+    verdict: str
+    reasons: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"kind": self.kind}
+        if self.kind == "summary":
+            data["section"] = self.section
+        else:
+            data["key"] = self.key
+        data.update(verdict=self.verdict, reasons=self.reasons)
+        return data
+
+
+@dataclass
+class RunResult:
+    run_id: int | None
+    status: str
+    roles: list[str] = field(default_factory=list)
+    candidates: list[CandidateSummary] = field(default_factory=list)
+    saved: int = 0
+    error: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "roles": self.roles,
+            "candidates": [c.as_dict() for c in self.candidates],
+            "saved": self.saved,
+        }
+
+
+# --- validation -------------------------------------------------------------------
+
+
+@dataclass
+class CleanTurn:
+    user_id: str
+    agent_name: str
+    thread_id: str
+    project_id: str
+    messages: list[dict[str, Any]]  # LangChain dicts, every message with an id
+    message_ids: list[str]
+
+
+def _required_id(field_name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise TurnRejected(field_name, "a non-empty string is required")
+    if len(value) > settings.API_MAX_ID_CHARS:
+        raise TurnRejected(field_name, f"at most {settings.API_MAX_ID_CHARS} characters")
+    return value
+
+
+def _stable_id(message: BaseMessage, seen: set[str]) -> str:
+    """An id for a message that came without one: the same message posted twice gets the same id."""
+    body = json.dumps([message.type, text_of(message.content)], ensure_ascii=False)
+    base = "h-" + hashlib.sha256(body.encode()).hexdigest()[:20]
+    candidate, n = base, 1
+    while candidate in seen:
+        n += 1
+        candidate = f"{base}-{n}"
+    return candidate
+
+
+def clean_turn(
+    *,
+    user_id: Any,
+    agent_name: Any,
+    thread_id: Any,
+    project_id: Any = None,
+    messages: Any,
+) -> CleanTurn:
+    """Validate a turn; raise `TurnRejected(field, message)` on the first problem."""
+    user_id = _required_id("user_id", user_id)
+    try:
+        normalize_id(user_id, what="user_id")
+    except InvalidId as exc:
+        raise TurnRejected("user_id", str(exc)) from None
+    if agent_name is not None and not isinstance(agent_name, str):
+        raise TurnRejected("agent_name", "must be a string")
+    try:
+        agent = normalize_agent(agent_name)
+    except InvalidId as exc:
+        raise TurnRejected("agent_name", str(exc)) from None
+    thread_id = _required_id("thread_id", thread_id)
+    if project_id in (None, ""):
+        project = ""
+    else:
+        project = _required_id("project_id", project_id)
+        try:
+            normalize_id(project, what="project_id")
+        except InvalidId as exc:
+            raise TurnRejected("project_id", str(exc)) from None
+    if not isinstance(messages, list | tuple):
+        raise TurnRejected("messages", "a list of messages is required")
+    if len(messages) > settings.API_MAX_MESSAGES:
+        raise TurnRejected("messages", f"at most {settings.API_MAX_MESSAGES} messages per turn")
+    cleaned: list[dict[str, Any]] = []
+    ids: list[str] = []
+    seen: set[str] = set()
+    for index, raw in enumerate(messages):
+        where = f"messages[{index}]"
+        try:
+            message = to_message(raw)
+        except ValueError as exc:
+            raise TurnRejected(where, str(exc)[:300]) from None
+        if len(text_of(message.content)) > settings.API_MAX_MESSAGE_CHARS:
+            raise TurnRejected(where, f"content longer than {settings.API_MAX_MESSAGE_CHARS} characters")
+        if message.id is not None and (not isinstance(message.id, str) or len(message.id) > 200):
+            raise TurnRejected(f"{where}.id", "at most 200 characters")
+        if not message.id:
+            message = message.model_copy(update={"id": _stable_id(message, seen)})
+        elif message.id in seen:
+            continue  # the same message twice in one turn
+        seen.add(message.id)
+        ids.append(message.id)
+        cleaned.append(message_to_dict(message))
+    return CleanTurn(user_id, agent, thread_id, project, cleaned, ids)
+
+
+# --- recording --------------------------------------------------------------------
+
+
+def _thread(turn: CleanTurn | Turn) -> dict[str, str]:
+    return {"user_id": turn.user_id, "agent_name": turn.agent_name, "thread_id": turn.thread_id}
+
+
+def _known_ids(turn: CleanTurn) -> set[str]:
+    """Ids already extracted or already waiting in a pending turn of the same thread."""
+    known = set(
+        ExtractedMessage.objects.filter(message_id__in=turn.message_ids, **_thread(turn)).values_list(
+            "message_id", flat=True
+        )
+    )
+    waiting = Turn.objects.filter(status__in=[Turn.Status.PENDING, Turn.Status.PROCESSING], **_thread(turn))
+    for ids in waiting.values_list("message_ids", flat=True):
+        known.update(ids)
+    return known
+
+
+def record_turn(
+    *,
+    user_id: Any,
+    agent_name: Any,
+    thread_id: Any,
+    project_id: Any = None,
+    messages: Any,
+    flush: bool = False,
+) -> Receipt:
+    """Store a turn durably and schedule its extraction; returns once it is committed.
+
+    Messages already extracted (or already waiting) for this thread are skipped, so the
+    summarization flush and the normal path never feed the same message twice.
+    `flush=True` processes the thread without waiting for the debounce window.
+    """
+    turn = clean_turn(
+        user_id=user_id, agent_name=agent_name, thread_id=thread_id, project_id=project_id, messages=messages
+    )
+    with transaction.atomic():
+        known = _known_ids(turn)
+        fresh = [(m, i) for m, i in zip(turn.messages, turn.message_ids, strict=True) if i not in known]
+        now = timezone.now()
+        turn_ids: list[int] = []
+        if fresh:
+            process_after = now if flush else now + timedelta(seconds=settings.MEMORY_DEBOUNCE_SECONDS)
+            row = Turn.objects.create(
+                **_thread(turn),
+                project_id=turn.project_id,
+                messages=[m for m, _ in fresh],
+                message_ids=[i for _, i in fresh],
+                flush=flush,
+                process_after=process_after,
+            )
+            turn_ids.append(row.pk)
+        if fresh or flush:
+            schedule(turn.user_id, turn.agent_name, turn.thread_id, at=None if flush else now + _debounce())
+    return Receipt(accepted=len(fresh), turn_ids=turn_ids)
+
+
+def _debounce() -> timedelta:
+    return timedelta(seconds=settings.MEMORY_DEBOUNCE_SECONDS)
+
+
+def schedule(user_id: str, agent_name: str, thread_id: str, *, at: datetime | None) -> None:
+    """Enqueue the worker task (in the caller's transaction, so turn and task commit together)."""
+    from django_tasks import task_backends
+
+    from .tasks import process_thread_task
+
+    task = process_thread_task
+    # A backend without deferral (the immediate one in tests) runs it now; it finds the
+    # window still open and leaves the turns for a later run or `process_turns`.
+    if at is not None and task_backends[task.backend].supports_defer:
+        task = task.using(run_after=at)
+    task.enqueue(user_id, agent_name, thread_id)
+
+
+# --- processing -------------------------------------------------------------------
+
+
+@dataclass
+class ThreadOutcome:
+    status: str  # "idle" | "waiting" | "done" | "failed"
+    turn_ids: list[int] = field(default_factory=list)
+    result: RunResult | None = None
+    error: str = ""
+
+
+def _backoff(attempts: int) -> timedelta:
+    seconds = settings.MEMORY_RETRY_BACKOFF_SECONDS * (2 ** max(0, attempts - 1))
+    return timedelta(seconds=min(seconds, 3600))
+
+
+def process_thread(
+    user_id: str,
+    agent_name: str,
+    thread_id: str,
+    *,
+    now: datetime | None = None,
+    force: bool = False,
+    model: Any = None,
+) -> ThreadOutcome:
+    """Extract all pending turns of one thread once the debounce window has passed.
+
+    The window runs from the latest turn; a flush turn (or `force`) skips it. Turns are
+    claimed by a conditional update so two workers never process the same turn.
+    """
+    now = now or timezone.now()
+    thread = {"user_id": user_id, "agent_name": agent_name, "thread_id": thread_id}
+    pending = list(Turn.objects.filter(status=Turn.Status.PENDING, **thread).order_by("received_at", "pk"))
+    if not pending:
+        return ThreadOutcome("idle")
+    latest = max(t.received_at for t in pending)
+    due_at = max([latest + _debounce()] + [t.process_after for t in pending if t.process_after and not t.flush])
+    if not force and not any(t.flush for t in pending) and now < due_at:
+        return ThreadOutcome("waiting", [t.pk for t in pending])
+    # Claimed one by one with a conditional update: two workers never take the same turn.
+    pending = [
+        t
+        for t in pending
+        if Turn.objects.filter(pk=t.pk, status=Turn.Status.PENDING).update(
+            status=Turn.Status.PROCESSING, attempts=F("attempts") + 1
+        )
+    ]
+    if not pending:
+        return ThreadOutcome("idle")
+    ids = [t.pk for t in pending]
+    messages = [m for t in pending for m in t.messages]
+    project_id = next((t.project_id for t in reversed(pending) if t.project_id), "")
+    try:
+        result = run_pipeline(
+            user_id=user_id,
+            agent_name=agent_name,
+            thread_id=thread_id,
+            project_id=project_id,
+            messages=messages,
+            model=model,
+        )
+    except ExtractionError as exc:
+        return _failed(ids, str(exc), now)
+    except Exception as exc:  # a bug or a store problem: keep the turns, record why
+        log.exception("processing thread %s/%s/%s failed", user_id, agent_name, thread_id)
+        return _failed(ids, f"{exc.__class__.__name__}: {exc}", now)
+    status = Turn.Status.SKIPPED if result.status == ExtractionRun.Status.SKIPPED else Turn.Status.DONE
+    Turn.objects.filter(pk__in=ids).update(status=status, processed_at=timezone.now(), error="", run_id=result.run_id)
+    return ThreadOutcome("done", ids, result)
+
+
+def _failed(ids: list[int], error: str, now: datetime) -> ThreadOutcome:
+    """Leave the turns pending (or failed after the last attempt) with the error; retry later."""
+    turns = list(Turn.objects.filter(pk__in=ids))
+    attempts = max((t.attempts for t in turns), default=1)
+    if attempts >= settings.MEMORY_EXTRACTION_MAX_ATTEMPTS:
+        Turn.objects.filter(pk__in=ids).update(status=Turn.Status.FAILED, error=error[:2000])
+        return ThreadOutcome("failed", ids, error=error)
+    retry_at = now + _backoff(attempts)
+    Turn.objects.filter(pk__in=ids).update(status=Turn.Status.PENDING, error=error[:2000], process_after=retry_at)
+    from django_tasks import task_backends
+
+    from .tasks import process_thread_task
+
+    if turns and task_backends[process_thread_task.backend].supports_defer:
+        first = turns[0]
+        process_thread_task.using(run_after=retry_at).enqueue(first.user_id, first.agent_name, first.thread_id)
+    return ThreadOutcome("failed", ids, error=error)
+
+
+def due_threads(*, now: datetime | None = None, include_waiting: bool = False) -> list[tuple[str, str, str]]:
+    """(user, agent, thread) of every thread with pending turns (due ones unless include_waiting)."""
+    now = now or timezone.now()
+    query = Turn.objects.filter(status=Turn.Status.PENDING)
+    if not include_waiting:
+        query = query.filter(Q(process_after__isnull=True) | Q(process_after__lte=now) | Q(flush=True))
+    return sorted(set(query.values_list("user_id", "agent_name", "thread_id")))
+
+
+def retry_failed(*, stale_after: timedelta = timedelta(minutes=30)) -> int:
+    """Failed turns, and turns stuck in processing (a worker died), go back to pending."""
+    stale = timezone.now() - stale_after
+    failed = Turn.objects.filter(status=Turn.Status.FAILED).update(
+        status=Turn.Status.PENDING, attempts=0, process_after=None
+    )
+    stuck = Turn.objects.filter(status=Turn.Status.PROCESSING, received_at__lt=stale).update(
+        status=Turn.Status.PENDING, process_after=None
+    )
+    return failed + stuck
+
+
+# --- the pipeline -------------------------------------------------------------------
+
+
+def _reference(user_id: str, agent_name: str, project_id: str) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """What the model may compare against (never evidence): profile and live facts."""
+    profile = get_store().read_profile(user_id)
+    summaries = {name: profile.section(name).summary for name in PROFILE_SECTIONS}
+    query = Q(user_id=user_id, agent_name=agent_name, project_id="")
+    if project_id:
+        query |= Q(user_id="", project_id=project_id)
+    facts = FactCard.objects.filter(query, status="active").order_by("-updated_at")
+    return summaries, list(facts.values("id", "key", "content", "category")[:200])
+
+
+def _new_messages(user_id: str, agent_name: str, thread_id: str, messages: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """Drop messages whose id was already extracted for this thread (and repeats)."""
+    loaded = [_load(m) for m in messages]
+    ids = [m.id for m in loaded if m.id]
+    done = set(
+        ExtractedMessage.objects.filter(
+            user_id=user_id, agent_name=agent_name, thread_id=thread_id, message_id__in=ids
+        ).values_list("message_id", flat=True)
+    )
+    fresh, seen = [], set()
+    for message in loaded:
+        if message.id and (message.id in done or message.id in seen):
+            continue
+        if message.id:
+            seen.add(message.id)
+        fresh.append(message)
+    return fresh
+
+
+def _load(raw: Mapping[str, Any] | BaseMessage) -> BaseMessage:
+    if isinstance(raw, BaseMessage):
+        return raw
+    if "data" in raw and "type" in raw:
+        return messages_from_dict([dict(raw)])[0]
+    return to_message(raw)
+
+
+def run_pipeline(
+    *,
+    user_id: str,
+    agent_name: str,
+    thread_id: str,
+    project_id: str,
+    messages: Sequence[Mapping[str, Any]],
+    model_output: Any = None,
+    model: Any = None,
+    now: datetime | None = None,
+) -> RunResult:
+    """filter → extract (or replay `model_output`) → gate → writer, recorded as an ExtractionRun.
+
+    Raises `ExtractionError` when the model fails (the run is recorded as failed).
+    """
+    started = time.perf_counter()
+    fresh = _new_messages(user_id, agent_name, thread_id, messages)
+    rows: list[Row] = filter_messages(fresh)
+    replay = model_output is not None
+    run = ExtractionRun.objects.create(
+        user_id=user_id,
+        agent_name=agent_name,
+        thread_id=thread_id,
+        project_id=project_id or "",
+        filtered_rows=rows,
+        replay=replay,
+        model_name="" if replay else settings.MEMORY_LLM_MODEL,
+    )
+    result = RunResult(run_id=run.pk, status=ExtractionRun.Status.SUCCEEDED, roles=[r["role"] for r in rows])
+    fed = [m.id for m in fresh if m.id]
+    if not has_user_text(rows):
+        # No user words left: no model call, nothing to judge.
+        _mark_extracted(run, user_id, agent_name, thread_id, fed)
+        _finish(run, ExtractionRun.Status.SKIPPED, started)
+        result.status = ExtractionRun.Status.SKIPPED
+        return result
+    parsed: list[Parsed]
+    if replay:
+        try:
+            parsed = parse_update(model_output)
+        except TypeError:
+            parsed = [Parsed("fact", 0, model_output, None, "model output is not a JSON object")]
+        run.raw_output = gate._json_safe(model_output)
+    else:
+        profile, existing = _reference(user_id, agent_name, project_id)
+        try:
+            extraction = extract(rows, profile=profile, existing_facts=existing, model=model)
+        except ExtractionError as exc:
+            run.error = str(exc)[:2000]
+            _finish(run, ExtractionRun.Status.FAILED, started)
+            raise
+        parsed = extraction.parsed
+        run.raw_output = gate._json_safe(extraction.arguments)
+        run.model_ms = extraction.model_ms
+        run.prompt_tokens = extraction.prompt_tokens
+        run.completion_tokens = extraction.completion_tokens
+        run.model_name = extraction.model_name or run.model_name
+    ctx = gate.Context.from_settings(
+        user_id=user_id, agent_name=agent_name, thread_id=thread_id, project_id=project_id or None, rows=rows, now=now
+    )
+    candidates = gate.apply_run(run, parsed, ctx)
+    _mark_extracted(run, user_id, agent_name, thread_id, fed)
+    _finish(run, ExtractionRun.Status.SUCCEEDED, started)
+    result.candidates = [CandidateSummary(c.kind, c.key, c.section, c.verdict, list(c.reasons)) for c in candidates]
+    result.saved = sum(1 for c in candidates if c.kind == Candidate.Kind.FACT and c.verdict == "accepted" and c.fact_id)
+    return result
+
+
+def _mark_extracted(run: ExtractionRun, user_id: str, agent_name: str, thread_id: str, ids: Iterable[str]) -> None:
+    ExtractedMessage.objects.bulk_create(
+        [
+            ExtractedMessage(user_id=user_id, agent_name=agent_name, thread_id=thread_id, message_id=i, run=run)
+            for i in ids
+        ],
+        ignore_conflicts=True,
+    )
+
+
+def _finish(run: ExtractionRun, status: str, started: float) -> None:
+    run.status = status
+    run.finished_at = timezone.now()
+    run.duration_ms = (time.perf_counter() - started) * 1000
+    run.save()
+
+
+def run_turns_now(
+    *,
+    user_id: Any,
+    agent_name: Any,
+    thread_id: Any,
+    project_id: Any = None,
+    messages: Any,
+    model_output: Any = None,
+    model: Any = None,
+) -> RunResult:
+    """Synchronous ingestion (backfills, demos, `manage.py ingest`): same validation,
+    same pipeline and gate, no debounce. The turn is recorded as processed."""
+    turn = clean_turn(
+        user_id=user_id, agent_name=agent_name, thread_id=thread_id, project_id=project_id, messages=messages
+    )
+    row = Turn.objects.create(
+        **_thread(turn),
+        project_id=turn.project_id,
+        messages=turn.messages,
+        message_ids=turn.message_ids,
+        flush=True,
+        status=Turn.Status.PROCESSING,
+        attempts=1,
+    )
+    try:
+        result = run_pipeline(
+            **_thread(turn),
+            project_id=turn.project_id,
+            messages=turn.messages,
+            model_output=model_output,
+            model=model,
+        )
+    except ExtractionError as exc:
+        row.status, row.error = Turn.Status.PENDING, str(exc)[:2000]
+        row.save(update_fields=["status", "error"])
+        raise
+    row.status = Turn.Status.SKIPPED if result.status == ExtractionRun.Status.SKIPPED else Turn.Status.DONE
+    row.processed_at = timezone.now()
+    row.run_id = result.run_id
+    row.save(update_fields=["status", "processed_at", "run"])
+    return result

@@ -1,0 +1,33 @@
+"""Process pending turns now (the sweeper beside the worker, and the retry path)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from facts import ingestion
+
+
+class Command(BaseCommand):
+    help = (
+        "Extract every thread whose debounce window is over. --retry-failed puts failed turns "
+        "(and turns stuck in processing) back first; --force ignores the debounce window."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--retry-failed", action="store_true", help="Retry turns whose attempts ran out.")
+        parser.add_argument("--force", action="store_true", help="Do not wait for the debounce window.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["retry_failed"]:
+            self.stdout.write(f"{ingestion.retry_failed()} turn(s) back to pending")
+        threads = ingestion.due_threads(include_waiting=options["force"])
+        counts: dict[str, int] = {}
+        for user_id, agent_name, thread_id in threads:
+            outcome = ingestion.process_thread(user_id, agent_name, thread_id, force=options["force"])
+            counts[outcome.status] = counts.get(outcome.status, 0) + 1
+            if outcome.error:
+                self.stderr.write(f"{user_id}/{agent_name}/{thread_id}: {outcome.error}")
+        summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "nothing due"
+        self.stdout.write(f"{len(threads)} thread(s): {summary}")
