@@ -296,15 +296,21 @@ def dump_card(card: Card) -> str:
     return f"---\n{front}---\n\n{body}\n"
 
 
+# YAML only: left to detect the format, python-frontmatter would read a file starting
+# with "+++" as TOML and one starting with "{" as JSON.
+_YAML_FRONT = frontmatter.YAMLHandler()
+
+
 def parse_card(text: str, path: Path) -> Card:
     try:
-        post = frontmatter.loads(text)
-    except (yaml.YAMLError, ValueError) as exc:
+        # `parse`, not `loads`: a hand-written `content:` key must not crash the reader.
+        meta, body = frontmatter.parse(text, handler=_YAML_FRONT)
+    except (yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:
         raise CardParseError(path, f"front matter is not valid YAML ({exc.__class__.__name__})") from None
-    if not post.metadata:
+    if not meta:
         raise CardParseError(path, "no YAML front matter")
-    data = dict(post.metadata)
-    data["content"] = post.content.strip()
+    data = dict(meta)
+    data["content"] = body.strip()
     try:
         return Card.model_validate(data)
     except ValidationError as exc:
