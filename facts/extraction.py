@@ -151,6 +151,25 @@ def _arguments(message: Any) -> dict[str, Any]:
     raise ExtractionError("the model returned no tool call")
 
 
+def _without_max_length(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _without_max_length(v) for k, v in node.items() if k != "maxLength"}
+    if isinstance(node, list):
+        return [_without_max_length(v) for v in node]
+    return node
+
+
+def tool_schema() -> dict[str, Any]:
+    """MemoryUpdate's JSON schema as the model is shown it, without ``maxLength``.
+
+    Grammar-constrained servers turn a length limit into one nested rule per character:
+    llama-cpp-python's server fails to parse the grammar for ``maxLength: 1200``
+    ("number of rules … exceeds sane defaults") and its process exits. The lengths
+    are still enforced, per candidate, by `parse_update`.
+    """
+    return _without_max_length(MemoryUpdate.model_json_schema())
+
+
 def extract(
     rows: Sequence[Row],
     *,
@@ -162,7 +181,7 @@ def extract(
     import openai
 
     chat = model or build_model()
-    structured = chat.with_structured_output(MemoryUpdate, method=settings.MEMORY_LLM_METHOD, include_raw=True)
+    structured = chat.with_structured_output(tool_schema(), method=settings.MEMORY_LLM_METHOD, include_raw=True)
     request = build_request(rows, profile=profile or {}, existing_facts=existing_facts)
     started = time.perf_counter()
     try:

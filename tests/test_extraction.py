@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from facts.extraction import EXTRACTION_RULES, ExtractionError, extract
+from facts.extraction import EXTRACTION_RULES, ExtractionError, extract, tool_schema
 from facts.filtering import Row
 from tests.openai_stub import OpenAIStub
 
@@ -66,6 +66,16 @@ def test_it_sends_max_tokens_explicitly(openai_stub: OpenAIStub, settings: Any) 
     openai_stub.reply_tool_call({"facts": []})
     extract(ROWS)
     assert openai_stub.requests[0]["max_tokens"] == 777
+
+
+def test_the_tool_schema_leaves_length_limits_to_validation(openai_stub: OpenAIStub) -> None:
+    # llama-cpp-python's server turns maxLength into a grammar too large to parse, and dies.
+    openai_stub.reply_tool_call({"facts": [fact(content="x" * 401)]})
+    [parsed] = extract(ROWS).parsed
+    sent = json.dumps(openai_stub.requests[0]["tools"][0]["function"]["parameters"])
+    assert "maxLength" not in sent and "maxLength" not in json.dumps(tool_schema())
+    assert '"evidence_text"' in sent
+    assert not parsed.valid and "content" in parsed.error
 
 
 def test_the_prompt_states_the_articles_rules() -> None:
