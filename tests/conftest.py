@@ -121,3 +121,48 @@ def openai_stub(settings: Any) -> Any:
         settings.MEMORY_LLM_MAX_RETRIES = 0
         settings.MEMORY_LLM_TIMEOUT = 5.0
         yield stub
+
+
+# Dashboard: candidates as the gate leaves them, without running extraction.
+@pytest.fixture
+def make_candidate(db: None) -> Callable[..., Any]:
+    from facts.models import Candidate, ExtractionRun
+
+    def make(**overrides: Any) -> Candidate:
+        rows = overrides.pop(
+            "rows",
+            [
+                {"id": "m1", "role": "user", "content": "I always want answers in English, please."},
+                {"id": "m2", "role": "assistant", "content": "Understood."},
+            ],
+        )
+        run = ExtractionRun.objects.create(
+            user_id=overrides.get("user_id", "alice"),
+            agent_name=overrides.get("agent_name", "coder"),
+            thread_id=overrides.get("thread_id", "t-1"),
+            filtered_rows=rows,
+            status=ExtractionRun.Status.SUCCEEDED,
+        )
+        data: dict[str, Any] = {
+            "run": run,
+            "kind": Candidate.Kind.FACT,
+            "user_id": "alice",
+            "agent_name": "coder",
+            "thread_id": "t-1",
+            "key": "response_language",
+            "content": "Prefers answers in English.",
+            "category": "preference",
+            "scope": "user",
+            "durability": "durable",
+            "authority": "descriptive",
+            "confidence": 0.5,
+            "evidence_message_id": "m1",
+            "evidence_text": "answers in English",
+            "verdict": Candidate.Verdict.REJECTED,
+            "reasons": ["low_confidence"],
+            "review_state": Candidate.ReviewState.PENDING,
+        }
+        data.update(overrides)
+        return Candidate.objects.create(**data)
+
+    return make
