@@ -195,6 +195,16 @@ MEMORY_SEARCH_TOKEN_CAP = env_int("MEMORY_SEARCH_TOKEN_CAP", 900)
 MEMORY_EXTRACTION_MAX_ATTEMPTS = env_int("MEMORY_EXTRACTION_MAX_ATTEMPTS", 5)
 MEMORY_RETRY_BACKOFF_SECONDS = env_float("MEMORY_RETRY_BACKOFF_SECONDS", 30.0)
 
+# Operations: structured logs (LOG_FORMAT=json: one JSON object per line; every
+# extraction run and curation action is an event, see memoryadmin/logging_utils.py)
+# and the thresholds of `manage.py doctor`.
+LOG_FORMAT = env_str("LOG_FORMAT", "plain")
+LOGGING["formatters"]["plain"] = {"()": "memoryadmin.logging_utils.PlainFormatter"}
+LOGGING["formatters"]["json"] = {"()": "memoryadmin.logging_utils.JsonFormatter"}
+LOGGING["handlers"]["console"]["formatter"] = "json" if LOG_FORMAT == "json" else "plain"
+MEMORY_DOCTOR_PENDING_MINUTES = env_float("MEMORY_DOCTOR_PENDING_MINUTES", 30.0)
+MEMORY_DOCTOR_HTTP_TIMEOUT = env_float("MEMORY_DOCTOR_HTTP_TIMEOUT", 3.0)
+
 # Agents' API.
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 1024 * 1024)
 API_MAX_MESSAGES = env_int("API_MAX_MESSAGES", 500)

@@ -1,0 +1,218 @@
+"""`manage.py doctor`: is this installation safe and healthy? Exit 1 on any problem.
+
+Checks: settings (DEBUG off with the default SECRET_KEY, hosts, memory settings),
+migrations, MEMORY_ROOT (exists, writable, not open to other users, no stale temp
+files), the files vs mirror vs index (drift, unreadable cards), turns pending for
+too long, and the model endpoint (a quick HTTP request to MEMORY_LLM_BASE_URL).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
+
+DEFAULT_SECRET_PREFIX = "insecure-local-only-key"
+CHECKS = ("settings", "database", "files", "index", "turns", "model")
+STALE_TEMP_SECONDS = 600
+
+
+@dataclass
+class Finding:
+    check: str
+    level: str  # ok | warn | fail
+    message: str
+
+
+class Doctor:
+    def __init__(self, *, pending_minutes: float, http_timeout: float) -> None:
+        self.findings: list[Finding] = []
+        self.pending_minutes = pending_minutes
+        self.http_timeout = http_timeout
+
+    def ok(self, check: str, message: str) -> None:
+        self.findings.append(Finding(check, "ok", message))
+
+    def warn(self, check: str, message: str) -> None:
+        self.findings.append(Finding(check, "warn", message))
+
+    def fail(self, check: str, message: str) -> None:
+        self.findings.append(Finding(check, "fail", message))
+
+    # --- checks ---------------------------------------------------------------------
+
+    def check_settings(self) -> None:
+        before = len(self.findings)
+        default_key = settings.SECRET_KEY.startswith(DEFAULT_SECRET_PREFIX) or len(settings.SECRET_KEY) < 32
+        if not settings.DEBUG and default_key:
+            self.fail("settings", "DEBUG is off but SECRET_KEY is the built-in default (or short): set SECRET_KEY")
+        elif default_key:
+            self.warn("settings", "SECRET_KEY is the built-in default: fine locally, never in production")
+        if not settings.DEBUG and "*" in settings.ALLOWED_HOSTS:
+            self.fail("settings", "DEBUG is off and ALLOWED_HOSTS contains '*': list the real host names")
+        if settings.DEBUG:
+            self.warn("settings", "DEBUG is on: set DEBUG=0 in production")
+        if settings.MEMORY_REVIEW_MODE not in ("auto", "manual"):
+            self.fail("settings", f"MEMORY_REVIEW_MODE is {settings.MEMORY_REVIEW_MODE!r}: use 'auto' or 'manual'")
+        threshold = settings.MEMORY_CONFIDENCE_THRESHOLD
+        if not (0 <= threshold <= 1):
+            self.fail("settings", f"MEMORY_CONFIDENCE_THRESHOLD is {threshold}: it must be between 0 and 1")
+        budget, correction = settings.MEMORY_CONTEXT_BUDGET, settings.MEMORY_CORRECTION_BUDGET
+        if budget <= 0 or correction < 0 or correction > budget:
+            self.fail(
+                "settings",
+                f"budgets are {budget}/{correction}: need MEMORY_CONTEXT_BUDGET > 0 and "
+                "0 ≤ MEMORY_CORRECTION_BUDGET ≤ MEMORY_CONTEXT_BUDGET",
+            )
+        for name in ("API_MAX_BODY_BYTES", "API_MAX_MESSAGES", "API_MAX_MESSAGE_CHARS"):
+            if getattr(settings, name, 1) <= 0:
+                self.fail("settings", f"{name} must be positive")
+        if not any(f.check == "settings" and f.level == "fail" for f in self.findings[before:]):
+            self.ok("settings", "settings are consistent")
+
+    def check_database(self) -> None:
+        try:
+            executor = MigrationExecutor(connection)
+            plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+        except Exception as exc:  # the database itself is unreachable
+            self.fail("database", f"cannot reach the database: {exc}")
+            return
+        if plan:
+            self.fail("database", f"{len(plan)} migrations not applied: run `manage.py migrate`")
+        else:
+            self.ok("database", f"{connection.vendor} database, migrations applied")
+
+    def check_files(self) -> None:
+        root = Path(settings.MEMORY_ROOT)
+        if not root.is_dir():
+            self.fail("files", f"MEMORY_ROOT {root} does not exist or is not a folder")
+            return
+        if not os.access(root, os.W_OK | os.X_OK):
+            self.fail("files", f"MEMORY_ROOT {root} is not writable by this process (uid {os.getuid()})")
+            return
+        problems = 0
+        for folder in [root, *(root / name for name in ("users", "projects", ".locks"))]:
+            if not folder.exists():
+                continue
+            mode = folder.stat().st_mode
+            if mode & stat.S_IWOTH:
+                self.fail("files", f"{folder} is writable by every user on the machine (chmod o-w)")
+                problems += 1
+            elif mode & (stat.S_IROTH | stat.S_IXOTH):
+                self.warn(
+                    "files", f"{folder} can be read by every user on the machine: memory is personal (chmod o-rx)"
+                )
+        now = time.time()
+        stale = [p for p in root.rglob(".tmp-*") if now - p.stat().st_mtime > STALE_TEMP_SECONDS]
+        if stale:
+            self.warn(
+                "files",
+                f"{len(stale)} temporary files left by interrupted writes (never read as cards; safe to delete), "
+                f"e.g. {stale[0].relative_to(root)}",
+            )
+        if not problems:
+            self.ok("files", f"MEMORY_ROOT {root} is writable")
+
+    def check_index(self) -> None:
+        from memoryadmin import rebuild
+
+        report = rebuild.check()
+        for name, drift in report.parts.items():
+            if drift.clean:
+                self.ok("index", f"{name} in step with the files")
+                continue
+            counts = ", ".join(f"{len(getattr(drift, k))} {k}" for k in ("missing", "extra", "changed"))
+            self.fail("index", f"{name} has drifted from the files ({counts}): run `manage.py reindex`")
+        if report.unreadable:
+            path, problem = report.unreadable[0]
+            self.fail("index", f"{len(report.unreadable)} memory files cannot be read, e.g. {path}: {problem}")
+
+    def check_turns(self) -> None:
+        from facts.models import Turn
+
+        cutoff = timezone.now() - timedelta(minutes=self.pending_minutes)
+        old = Turn.objects.filter(status=Turn.Status.PENDING, received_at__lt=cutoff)
+        count = old.count()
+        if count:
+            oldest = old.order_by("received_at").values_list("received_at", flat=True).first()
+            self.fail(
+                "turns",
+                f"{count} turns pending for more than {self.pending_minutes:g} minutes (oldest {oldest:%Y-%m-%d %H:%M} "
+                "UTC): is `manage.py db_worker` running, is the model reachable?",
+            )
+        else:
+            self.ok("turns", f"no turn pending for more than {self.pending_minutes:g} minutes")
+        failed = Turn.objects.filter(status=Turn.Status.FAILED).count()
+        if failed:
+            self.warn("turns", f"{failed} turns failed extraction: `manage.py process_turns --retry-failed`")
+
+    def check_model(self) -> None:
+        base = settings.MEMORY_LLM_BASE_URL.rstrip("/")
+        if not base:
+            self.fail("model", "MEMORY_LLM_BASE_URL is not set: no extraction can run")
+            return
+        request = urllib.request.Request(base + "/models", method="GET")
+        if settings.MEMORY_LLM_API_KEY:
+            request.add_header("Authorization", f"Bearer {settings.MEMORY_LLM_API_KEY}")
+        try:
+            with urllib.request.urlopen(request, timeout=self.http_timeout) as response:
+                status = response.status
+        except urllib.error.HTTPError as exc:
+            status = exc.code
+        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            self.fail("model", f"model endpoint {base} not reachable within {self.http_timeout:g}s: {reason}")
+            return
+        if status in (401, 403):
+            self.fail("model", f"model endpoint {base} refused the API key (HTTP {status}): check MEMORY_LLM_API_KEY")
+        elif status >= 500:
+            self.fail("model", f"model endpoint {base} answers HTTP {status}")
+        else:
+            self.ok("model", f"model endpoint {base} answers (HTTP {status})")
+
+
+class Command(BaseCommand):
+    help = "Check settings, database, MEMORY_ROOT, drift, pending turns and the model endpoint; exit 1 on problems."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--skip", action="append", default=[], choices=CHECKS, help="Leave a check out.")
+        parser.add_argument("--json", action="store_true", help="Print the findings as JSON.")
+        parser.add_argument("--pending-minutes", type=float, default=None)
+        parser.add_argument("--strict", action="store_true", help="Warnings are problems too.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        doctor = Doctor(
+            pending_minutes=options["pending_minutes"] or settings.MEMORY_DOCTOR_PENDING_MINUTES,
+            http_timeout=settings.MEMORY_DOCTOR_HTTP_TIMEOUT,
+        )
+        for name in CHECKS:
+            if name in options["skip"]:
+                continue
+            try:
+                getattr(doctor, f"check_{name}")()
+            except Exception as exc:  # a broken check is a problem, never a traceback
+                doctor.fail(name, f"the check itself failed: {exc.__class__.__name__}: {exc}")
+        bad = {"fail", "warn"} if options["strict"] else {"fail"}
+        problems = [f for f in doctor.findings if f.level in bad]
+        if options["json"]:
+            self.stdout.write(json.dumps({"ok": not problems, "findings": [asdict(f) for f in doctor.findings]}))
+        else:
+            for finding in doctor.findings:
+                mark = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}[finding.level]
+                stream = self.stdout if finding.level == "ok" else self.stderr
+                stream.write(f"{mark} {finding.check}: {finding.message}")
+        if problems:
+            raise CommandError(f"{len(problems)} problems found", returncode=1)
