@@ -265,10 +265,16 @@ class Version:
     diff: list[tuple[str, str]]
 
 
-def diff_lines(before: str, after: str) -> list[tuple[str, str]]:
+# Every card revision bumps these two; the summary line shows them, the diff shows the change.
+CARD_NOISE = ("updated_at:", "revision:")
+
+
+def diff_lines(before: str, after: str, skip: tuple[str, ...] = ()) -> list[tuple[str, str]]:
     """(css class, line) pairs of a unified diff; the template escapes the lines."""
     out: list[tuple[str, str]] = []
-    for line in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=1):
+    before_lines = [line for line in before.splitlines() if not (skip and line.startswith(skip))]
+    after_lines = [line for line in after.splitlines() if not (skip and line.startswith(skip))]
+    for line in difflib.unified_diff(before_lines, after_lines, lineterm="", n=1):
         if line.startswith(("---", "+++")):
             continue
         kind = {"+": "add", "-": "del", "@": "hunk"}.get(line[:1], "ctx")
@@ -282,7 +288,14 @@ def versions_of(fact_id: str) -> list[Version]:
     previous = ""
     for rev in revisions:
         out.append(
-            Version(rev.revision, rev.actor, rev.reason, rev.created_at, rev.text, diff_lines(previous, rev.text))
+            Version(
+                rev.revision,
+                rev.actor,
+                rev.reason,
+                rev.created_at,
+                rev.text,
+                diff_lines(previous, rev.text, CARD_NOISE),
+            )
         )
         previous = rev.text
     out.reverse()
