@@ -262,3 +262,30 @@ def test_every_user_statement_reaches_memory_despite_summarization() -> None:
         run(agent, f"第{n}条陈述")
     sent = {m["content"] for _, messages, _ in memory.turns for m in messages if m["role"] == "user"}
     assert {f"第{n}条陈述" for n in range(6)} <= sent
+
+
+def test_the_snapshot_keeps_a_user_input_summarized_away_during_its_own_run() -> None:
+    memory = RecordingMemory(results=[])
+    calls = [
+        AIMessage(content="", tool_calls=[{"name": "memory_search", "args": {"query": f"q{n}"}, "id": f"c{n}"}])
+        for n in range(4)
+    ]
+    model = ScriptedChatModel(script=[*calls, "完成。"])
+    summary_model = ScriptedChatModel(default="摘要。")
+    agent = agent_with(
+        memory,
+        model,
+        mode="tool",
+        extra=[MemoryFlushingSummarization(memory, model=summary_model, trigger=("messages", 5), keep=("messages", 2))],
+    )
+    run(agent, "我主要做 Python 后端开发。")
+    state = agent.get_state({"configurable": {"thread_id": "t1"}}).values
+    assert "我主要做 Python 后端开发。" not in [m.content for m in state["messages"]]
+    flushed = [m["content"] for _, messages, flush in memory.turns if flush for m in messages]
+    assert "我主要做 Python 后端开发。" in flushed
+    final = memory.turns[-1]
+    assert final[2] is False
+    assert [(m["role"], m["content"]) for m in final[1]] == [
+        ("user", "我主要做 Python 后端开发。"),
+        ("assistant", "完成。"),
+    ]

@@ -89,7 +89,9 @@ class DjangoTransport(httpx.BaseTransport):
         self.client = Client()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in {"host", "content-length"}}
+        headers = {
+            k: v for k, v in request.headers.items() if k.lower() not in {"host", "content-length", "content-type"}
+        }
         path = request.url.raw_path.decode()
         content = request.read()
         response = self.client.generic(
@@ -100,3 +102,54 @@ class DjangoTransport(httpx.BaseTransport):
             headers=headers,
         )
         return httpx.Response(response.status_code, headers=dict(response.items()), content=response.content)
+
+
+class ReplayExtractor(BaseChatModel):
+    """The extraction model, replayed: for every user row of the conversation it is shown,
+    each rule whose phrase occurs in the row yields its candidates, with that row and
+    phrase as the evidence. Keeps every conversation it was shown."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    # (phrase, facts, summaries): facts/summaries without the evidence fields.
+    rules: list[tuple[str, list[dict[str, Any]], list[dict[str, Any]]]] = Field(default_factory=list)
+    conversations: list[list[dict[str, Any]]] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "replay-extractor"
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ReplayExtractor:
+        return self
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
+        import json
+
+        payload = json.loads(messages[-1].content)  # type: ignore[arg-type]
+        rows = payload["conversation"]
+        self.conversations.append(rows)
+        update: dict[str, list[dict[str, Any]]] = {"facts": [], "summaries": [], "confirmations": []}
+        for row in rows:
+            if row["role"] != "user":
+                continue
+            for phrase, facts, summaries in self.rules:
+                if phrase in row["content"]:
+                    evidence = {"evidence_message_id": row["id"], "evidence_text": phrase}
+                    update["facts"] += [{**fact, **evidence} for fact in facts]
+                    update["summaries"] += [{**summary, **evidence} for summary in summaries]
+        call = {"name": "MemoryUpdate", "args": update, "id": "extract-1", "type": "tool_call"}
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content="", tool_calls=[call]))])
+
+
+def fact(key: str, content: str, category: str = "preference", **labels: Any) -> dict[str, Any]:
+    return {
+        "key": key,
+        "content": content,
+        "category": category,
+        "scope": labels.get("scope", "user"),
+        "durability": labels.get("durability", "durable"),
+        "authority": labels.get("authority", "descriptive"),
+        "confidence": labels.get("confidence", 0.9),
+    }
