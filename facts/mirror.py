@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from django.db import transaction
+from pydantic import ValidationError
 
 from .models import FactCard, FactRevision, ProfileSection
-from .store import Card, CardParseError, Profile, Store, dump_card, file_digest, parse_card, parse_profile
+from .store import (
+    Card,
+    CardParseError,
+    InvalidId,
+    Profile,
+    Store,
+    dump_card,
+    file_digest,
+    normalize_agent,
+    normalize_id,
+    parse_card,
+    parse_profile,
+    shard,
+)
 from .writer import mirror_profile, mirror_row, upsert_mirror
 
 Progress = Callable[[int, int], None]
@@ -23,6 +40,25 @@ class Scanned:
     digest: str = ""
     card: Card | None = None
     error: str | None = None
+    # Results of the registered scan extras, computed in the scanning processes.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _ScanExtra:
+    fn: Callable[[Card], Any]
+    prepare: Callable[[], None] | None
+
+
+# Per-card work that rides along with the parallel scan (the read side registers its
+# tokenizer here, so a rebuild tokenizes on every core). Inherited by the forked workers.
+_scan_extras: dict[str, _ScanExtra] = {}
+
+
+def add_scan_extra(name: str, fn: Callable[[Card], Any], *, prepare: Callable[[], None] | None = None) -> None:
+    """Run `fn(card)` on every card parsed by `snapshot`; the result is `Scanned.extra[name]`.
+    `prepare` runs once in the parent before any worker is forked (load dictionaries)."""
+    _scan_extras[name] = _ScanExtra(fn, prepare)
 
 
 @dataclass
@@ -31,6 +67,92 @@ class ScannedProfile:
     digest: str = ""
     profile: Profile | None = None
     error: str | None = None
+
+
+_FM_KEY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*):(?: (.*))?")
+_FM_BOUNDARY = re.compile(r"-{3,}\s*")
+_FM_INT = re.compile(r"-?(?:0|[1-9][0-9]*)")  # YAML 1.1 reads 0777 as octal
+_FM_FLOAT = re.compile(r"-?[0-9]+\.[0-9]*(?:[eE][-+][0-9]+)?")  # 1.1: the exponent has a sign
+# Plain scalars that YAML could read as something other than a string, or that
+# are not plain scalars at all: left to the real parser.
+_FM_SPECIAL = re.compile(r"""[-?:,\[\]{}#&*!|>'"%@`\s]|.*(?:: | #|:$)|.*\s$""")
+_FM_NULL = frozenset({"null", "Null", "NULL", "~"})
+# A plain scalar YAML can only read as a string: it starts with a letter (or a non-ASCII
+# character), so no number, date, null or indicator; no tabs; no ": " or " #" inside.
+_FM_STRINGLIKE = re.compile(
+    r"[^\x00-\x40\[\\\]^`{|}~\x7f-\xa0\u2028\u2029\ufeff][^\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff]*"
+)
+_FM_YAML_WORDS = frozenset("y Y yes Yes YES n N no No NO true True TRUE false False FALSE on On ON off Off OFF".split())
+
+
+class _NotSimple(Exception):
+    pass
+
+
+def _fm_scalar(raw: str) -> Any:
+    if raw in _FM_NULL:
+        return None
+    if raw.startswith("'"):
+        inner = raw[1:-1]
+        if len(raw) < 2 or not raw.endswith("'") or "'" in inner.replace("''", ""):
+            raise _NotSimple
+        return inner.replace("''", "'")
+    if _FM_INT.fullmatch(raw):
+        return int(raw)
+    if _FM_FLOAT.fullmatch(raw):
+        return float(raw)
+    if _FM_STRINGLIKE.fullmatch(raw) and raw not in _FM_YAML_WORDS and not _FM_SPECIAL.match(raw):
+        return raw
+    raise _NotSimple
+
+
+def _parse_fast(text: str) -> Card | None:
+    """The front matter as `dump_card` writes it, read without the YAML machinery.
+
+    Building YAML nodes is most of a rebuild's time. Only the flat layout the store
+    writes (one ``key: value`` per line, single-quoted or simple plain scalars, the
+    ``source`` mapping indented by two spaces) is read here; anything else — and any
+    card that fails validation — returns None and goes through `parse_card`, so the
+    result and the error messages are the same as with the full parser.
+    """
+    if not text.startswith("---\n"):
+        return None
+    lines = text[4:].split("\n")
+    data: dict[str, Any] = {}
+    nested: dict[str, Any] | None = None
+    try:
+        for number, line in enumerate(lines):
+            if line.startswith("---"):
+                if not _FM_BOUNDARY.fullmatch(line):
+                    raise _NotSimple
+                body = "\n".join(lines[number + 1 :])
+                break
+            if line.startswith("  ") and nested is not None:
+                match = _FM_KEY.fullmatch(line[2:])
+                if not match or match.group(2) is None:
+                    raise _NotSimple
+                nested[match.group(1)] = _fm_scalar(match.group(2))
+                continue
+            match = _FM_KEY.fullmatch(line)
+            if not match:
+                raise _NotSimple
+            name, raw = match.groups()
+            if raw is None:
+                nested = data[name] = {}
+            else:
+                nested = None
+                data[name] = _fm_scalar(raw)
+        else:
+            return None
+    except _NotSimple:
+        return None
+    if not data:
+        return None
+    data["content"] = body.strip()
+    try:
+        return Card.model_validate(data)
+    except ValidationError:
+        return None
 
 
 def _scan_one(args: tuple[str, str]) -> Scanned:
@@ -45,10 +167,10 @@ def _scan_one(args: tuple[str, str]) -> Scanned:
         return Scanned(rel, error="file is not valid UTF-8")
     digest = file_digest(text)
     try:
-        card = parse_card(text, path)
+        card = _parse_fast(text) or parse_card(text, path)
     except CardParseError as exc:
         return Scanned(rel, digest, error=exc.message)
-    return Scanned(rel, digest, card)
+    return Scanned(rel, digest, card, extra={name: extra.fn(card) for name, extra in _scan_extras.items()})
 
 
 def _scan_chunk(args: tuple[str, list[str]]) -> list[Scanned]:
@@ -56,29 +178,92 @@ def _scan_chunk(args: tuple[str, list[str]]) -> list[Scanned]:
     return [_scan_one((root, rel)) for rel in rels]
 
 
+def _walk(root: str, rel_dir: str) -> list[str]:
+    """Card files under one folder, in the order of `Store.card_files` (relative paths)."""
+    found: list[str] = []
+    base = os.path.join(root, rel_dir)
+    cut = len(root) + 1
+    for dirpath, dirnames, filenames in os.walk(base):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        prefix = dirpath[cut:].replace(os.sep, "/") + "/"
+        found.extend(prefix + name for name in sorted(filenames) if name.endswith(".md") and not name.startswith("."))
+    return found
+
+
+def _walk_many(args: tuple[str, list[str]]) -> list[str]:
+    root, rel_dirs = args
+    return [rel for rel_dir in rel_dirs for rel in _walk(root, rel_dir)]
+
+
+def _card_rels(store: Store, pool: Any | None = None) -> list[str]:
+    """The relative paths of `Store.card_files`, in its order; the folders are walked
+    on the pool when one is given."""
+    root = str(store.root)
+    rels: list[str] = []
+    for top in ("users", "projects"):
+        files, dirs = _top_dirs_of(store, top)
+        rels.extend(files)
+        if pool is None:
+            rels.extend(_walk_many((root, dirs)))
+        else:
+            for part in pool.imap(_walk_many, [(root, dirs[i : i + 25]) for i in range(0, len(dirs), 25)]):
+                rels.extend(part)
+    return rels
+
+
+def _top_dirs_of(store: Store, top: str) -> tuple[list[str], list[str]]:
+    base = store.root / top
+    if not base.is_dir():
+        return [], []
+    with os.scandir(base) as entries:
+        items = sorted(entries, key=lambda e: e.name)
+    files = [f"{top}/{e.name}" for e in items if e.is_file() and e.name.endswith(".md") and not e.name.startswith(".")]
+    dirs = [f"{top}/{e.name}" for e in items if e.is_dir() and not e.name.startswith(".")]
+    return files, dirs
+
+
+# Below this many user/project folders the walk is not worth a process pool.
+_PARALLEL_WALK_DIRS = 64
+_PARALLEL_PARSE_CARDS = 2000
+
+
 def scan_cards(store: Store, *, workers: int | None = None, progress: Progress | None = None) -> Iterator[Scanned]:
     """Read and parse every card file, on several processes when there are many."""
-    rels = [store.relative(path) for path in store.card_files()]
-    total = len(rels)
     workers = workers or min(os.cpu_count() or 1, 4)
-    done = 0
-    if workers < 2 or total < 2000:
-        for rel in rels:
-            yield _scan_one((str(store.root), rel))
-            done += 1
-            if progress and (done % 500 == 0 or done == total):
-                progress(done, total)
-        if progress and total == 0:
-            progress(0, 0)
-        return
-    size = 500
-    chunks = [(str(store.root), rels[i : i + size]) for i in range(0, total, size)]
+    root = str(store.root)
+    rels: list[str] | None = None
+    if workers < 2 or sum(len(_top_dirs_of(store, top)[1]) for top in ("users", "projects")) < _PARALLEL_WALK_DIRS:
+        rels = _card_rels(store)
+        if workers < 2 or len(rels) < _PARALLEL_PARSE_CARDS:
+            yield from _scan_serial(root, rels, progress)
+            return
+    for extra in _scan_extras.values():
+        if extra.prepare:
+            extra.prepare()
     with multiprocessing.get_context("fork").Pool(workers) as pool:
+        if rels is None:
+            rels = _card_rels(store, pool)
+        total = len(rels)
+        size = 500
+        chunks = [(root, rels[i : i + size]) for i in range(0, total, size)]
+        done = 0
         for batch in pool.imap(_scan_chunk, chunks):
             yield from batch
             done += len(batch)
             if progress:
                 progress(done, total)
+        if progress and total == 0:
+            progress(0, 0)
+
+
+def _scan_serial(root: str, rels: list[str], progress: Progress | None) -> Iterator[Scanned]:
+    total = len(rels)
+    for done, rel in enumerate(rels, 1):
+        yield _scan_one((root, rel))
+        if progress and (done % 500 == 0 or done == total):
+            progress(done, total)
+    if progress and total == 0:
+        progress(0, 0)
 
 
 def scan_profiles(store: Store) -> Iterator[ScannedProfile]:
@@ -125,6 +310,25 @@ class FileSnapshot:
     unreadable: list[tuple[str, str]] = field(default_factory=list)
 
 
+@functools.lru_cache(maxsize=4096)
+def _bucket_rel(user_id: str | None, agent_name: str | None, project_id: str | None) -> str | None:
+    try:
+        if user_id is not None:
+            return f"users/{normalize_id(user_id, what='user_id')}/agents/{normalize_agent(agent_name)}/facts"
+        if project_id:
+            return f"projects/{normalize_id(project_id, what='project_id')}/facts"
+    except InvalidId:
+        return None
+    return None
+
+
+def _rel_for(card: Card) -> str | None:
+    """`store.relative(store.card_path(card))` without pathlib (a rebuild checks 100k of
+    them); None when the card names no valid bucket."""
+    base = _bucket_rel(card.user_id, card.agent_name, card.project_id)
+    return None if base is None else f"{base}/{shard(card.id)}/{card.id}.md"
+
+
 def snapshot(store: Store, *, progress: Progress | None = None, workers: int | None = None) -> FileSnapshot:
     snap = FileSnapshot()
     for item in scan_cards(store, progress=progress, workers=workers):
@@ -132,7 +336,7 @@ def snapshot(store: Store, *, progress: Progress | None = None, workers: int | N
             snap.unreadable.append((item.rel, item.error or "unreadable"))
         elif item.card.id in snap.cards:
             snap.unreadable.append((item.rel, f"duplicate id {item.card.id} (also in {snap.cards[item.card.id].rel})"))
-        elif store.relative(store.card_path(item.card)) != item.rel:
+        elif _rel_for(item.card) != item.rel:
             snap.unreadable.append((item.rel, "card is not in the folder its user/agent/project and id say"))
         else:
             snap.cards[item.card.id] = item

@@ -8,8 +8,10 @@ class RetrievalConfig(AppConfig):
     def ready(self) -> None:
         # The index follows every committed write (DESIGN.md §2). Registered here so
         # the write side never imports the read side.
-        from facts import hooks
+        from facts import hooks, mirror
 
-        from . import index
+        from . import index, tokenize
 
         hooks.on_cards_changed(index.on_cards_changed)
+        # A rebuild's tokenizing runs in the scanning processes, on every core.
+        mirror.add_scan_extra("terms", index.scan_terms, prepare=tokenize.warm)

@@ -1,0 +1,99 @@
+"""Tokenization shared by the documents in the index and the queries against it.
+
+Chinese runs go through ``jieba.cut_for_search`` (so the query 中文 matches
+用户偏好用中文解释技术问题); every other run of letters and digits is one lower-cased
+word. Punctuation, quotes and FTS operators never survive as tokens, which is what
+makes a query safe to quote into ``MATCH``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+# Han ideographs (CJK unified, extension A, compatibility). Kana and Hangul are kept as
+# whole runs: jieba only knows Chinese.
+_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_RUNS = re.compile(rf"[{_HAN}]+|[^\W_{_HAN}]+")
+_WORD = re.compile(r"[^\W_]+")
+
+# Words so common in facts that they match a large part of the index ("的", "the",
+# "user" matched 26k–40k rows in a comparable system). Queries drop them unless nothing
+# else is left; documents keep them, so a query of only such words still works.
+STOP_WORDS = frozenset(
+    """
+    a an and are as at be been but by can could did do does for from had has have how i if in into is it its
+    me my no not of on or our please should so than that the their them then there these they this to too
+    was we were what when where which who why will with would you your user users user's
+    的 了 和 与 及 或 是 在 有 也 都 就 而 吗 呢 吧 啊 我 你 他 她 它 我们 你们 他们 这 那 这个 那个
+    什么 怎么 如何 哪些 一个 一些 用户 请 把 被 让 给 对 从 到 为 以 之 其 中 上 下 很 还 又 要 会 能 可以
+    """.split()
+)
+MAX_QUERY_TERMS = 32
+MAX_QUERY_CHARS = 2000
+
+_jieba: Any = None
+_jieba_lock = threading.Lock()
+
+
+def _load_jieba() -> Any:
+    """Import and initialize jieba once per process, without its stderr chatter."""
+    global _jieba
+    if _jieba is None:
+        with _jieba_lock:
+            if _jieba is None:
+                import jieba
+
+                jieba.setLogLevel(logging.WARNING)
+                jieba.initialize()
+                _jieba = jieba
+    return _jieba
+
+
+def warm() -> None:
+    """Load the dictionary now (before forking workers, or at start-up)."""
+    _load_jieba()
+
+
+def tokenize(text: str) -> list[str]:
+    """The tokens of `text`, in order, duplicates kept."""
+    tokens: list[str] = []
+    if not text:
+        return tokens
+    for match in _RUNS.finditer(text):
+        run = match.group()
+        if "\u3400" <= run[0] <= "\u9fff" or "\uf900" <= run[0] <= "\ufaff":
+            for word in _load_jieba().cut_for_search(run):
+                # jieba can hand back punctuation or mixed pieces; keep word characters only.
+                tokens.extend(_WORD.findall(word))
+        else:
+            tokens.append(run.lower())
+    return tokens
+
+
+def document_terms(text: str) -> str:
+    """What the index stores for a card's content: its tokens joined by spaces."""
+    return " ".join(tokenize(text))
+
+
+def query_terms(text: str) -> list[str]:
+    """Distinct query tokens, stop-words dropped unless they are all there is."""
+    tokens = _distinct(tokenize(text[:MAX_QUERY_CHARS]))
+    useful = [t for t in tokens if t not in STOP_WORDS]
+    return (useful or tokens)[:MAX_QUERY_TERMS]
+
+
+def quote(term: str) -> str:
+    """An FTS5 string literal: nothing inside it is an operator."""
+    return '"' + term.replace('"', '""') + '"'
+
+
+def match_any(terms: Iterable[str]) -> str:
+    return " OR ".join(quote(t) for t in terms)
+
+
+def _distinct(tokens: list[str]) -> list[str]:
+    return list(dict.fromkeys(tokens))
