@@ -415,3 +415,13 @@ def test_create_api_key_prints_the_key_once_and_stores_its_hash() -> None:
 def test_create_api_key_can_set_a_rate_limit() -> None:
     call_command("create_api_key", "slow", "--rate-limit", "10", stdout=io.StringIO(), stderr=io.StringIO())
     assert ApiKey.objects.get(name="slow").rate_limit_per_minute == 10
+
+
+def test_an_unexpected_failure_answers_json_500(agent: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("database is locked")
+
+    monkeypatch.setattr("memoryadmin.api_service.accept_turn", broken)
+    response = post(agent, "/api/v1/turns", turn_body())
+    assert response.status_code == 500
+    assert error_of(response)["code"] == "internal_error"
