@@ -166,8 +166,15 @@ def tool_schema() -> dict[str, Any]:
     llama-cpp-python's server fails to parse the grammar for ``maxLength: 1200``
     ("number of rules … exceeds sane defaults") and its process exits. The lengths
     are still enforced, per candidate, by `parse_update`.
+
+    All three lists are required in what the model is shown (an empty list is still a
+    fine answer; validation accepts a missing one): a grammar built from the schema then
+    makes the model write ``facts`` first instead of letting a small model pick the
+    list with the fewest fields (SmolLM2-135M answered only ``confirmations``).
     """
-    return _without_max_length(MemoryUpdate.model_json_schema())
+    schema = _without_max_length(MemoryUpdate.model_json_schema())
+    schema["required"] = list(schema["properties"])
+    return schema
 
 
 def extract(

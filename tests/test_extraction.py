@@ -75,6 +75,7 @@ def test_the_tool_schema_leaves_length_limits_to_validation(openai_stub: OpenAIS
     sent = json.dumps(openai_stub.requests[0]["tools"][0]["function"]["parameters"])
     assert "maxLength" not in sent and "maxLength" not in json.dumps(tool_schema())
     assert '"evidence_text"' in sent
+    assert tool_schema()["required"] == ["facts", "summaries", "confirmations"]
     assert not parsed.valid and "content" in parsed.error
 
 
