@@ -2,8 +2,9 @@
 
 Started by `e2e/run.sh` once the model server is up, with the product's own settings in
 the environment (``MEMORY_LLM_BASE_URL``, ``MEMORY_LLM_MODEL``, ``MEMORY_LLM_METHOD``,
-a throwaway ``VAR_DIR``). It feeds each scripted conversation through ingestion exactly
-as an agent's finished turn would be processed, then reads back the DB rows the review
+a throwaway ``VAR_DIR``). It feeds each scripted conversation through ingestion's
+synchronous path (`run_turns_now`: the worker's validation, filter, extraction, gate and
+writer without the debounce), then reads back the DB rows the review
 queue shows and the memory files, prints the report and exits non-zero on any problem.
 """
 
@@ -61,65 +62,109 @@ def wire_messages(conversation: dict[str, Any]) -> list[dict[str, Any]]:
     return wire
 
 
+class Seam:
+    """Watches `extract` where ingestion calls it: what each model call returned or raised.
+
+    Observation only — the call and its result pass through unchanged.
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[float, Any]] = []
+
+    def __enter__(self) -> Seam:
+        from facts import ingestion
+
+        self._module = ingestion
+        self._real = ingestion.extract
+
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                result = self._real(*args, **kwargs)
+            except BaseException as exc:
+                self.calls.append((time.perf_counter() - started, exc))
+                raise
+            self.calls.append((time.perf_counter() - started, result))
+            return result
+
+        ingestion.extract = watched
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._module.extract = self._real
+
+
 def run_conversation(conversation: dict[str, Any]) -> Call:
-    """Feed one conversation through ingestion (flush: no debounce) and classify the outcome."""
+    """Feed one conversation through synchronous ingestion and classify the outcome."""
     from facts import ingestion
-    from facts.models import ExtractionRun, Turn
+    from facts.extraction import ExtractionError
 
     name = conversation["name"]
     started = time.perf_counter()
-    try:
-        receipt = ingestion.record_turn(
-            user_id=conversation["user_id"],
-            agent_name=conversation["agent_name"],
-            thread_id=conversation["thread_id"],
-            project_id=conversation.get("project_id"),
-            messages=wire_messages(conversation),
-            flush=True,
-        )
-    except Exception as exc:  # the harness reports crashes instead of dying on the first one
-        traceback.print_exc()
-        return Call(name, "crash", time.perf_counter() - started, error=f"{type(exc).__name__}: {exc}")
-    wall = time.perf_counter() - started
-
-    turns = list(Turn.objects.filter(id__in=receipt.turn_ids))
-    runs = list(ExtractionRun.objects.filter(turns__in=turns).distinct().order_by("id"))
-    run_ids = tuple(run.id for run in runs)
-    return classify(name, turns, runs, wall, run_ids)
+    with Seam() as seam:
+        try:
+            result = ingestion.run_turns_now(
+                user_id=conversation["user_id"],
+                agent_name=conversation["agent_name"],
+                thread_id=conversation["thread_id"],
+                project_id=conversation.get("project_id"),
+                messages=wire_messages(conversation),
+            )
+        except ExtractionError:
+            result = None
+        except Exception as exc:  # reported as a crash instead of ending the run at the first one
+            traceback.print_exc()
+            return Call(name, "crash", time.perf_counter() - started, error=f"{type(exc).__name__}: {exc}")
+    return classify(name, seam.calls, _run_of(conversation, result))
 
 
-def classify(name: str, turns: list[Any], runs: list[Any], wall: float, run_ids: tuple[int, ...]) -> Call:
-    from facts.models import ExtractionRun, Turn
+def _run_of(conversation: dict[str, Any], result: Any) -> Any:
+    from facts.models import ExtractionRun
 
-    if not runs:
-        if turns and all(t.status == Turn.Status.SKIPPED for t in turns):
-            return Call(name, "skipped", None, run_ids)
-        failed = [t for t in turns if t.status == Turn.Status.FAILED]
-        if failed:
-            return Call(name, "error", wall, run_ids, error=failed[0].error)
-        states = ", ".join(sorted({t.status for t in turns})) or "no turns"
-        return Call(name, "none", wall, run_ids, error=f"no extraction run; turns {states}")
-    seconds = sum((run.model_ms or 0.0) for run in runs) / 1000 or wall
-    prompt = sum(run.prompt_tokens or 0 for run in runs) or None
-    completion = sum(run.completion_tokens or 0 for run in runs) or None
-    statuses = {run.status for run in runs}
-    if ExtractionRun.Status.FAILED in statuses:
-        error = next(run.error for run in runs if run.status == ExtractionRun.Status.FAILED)
-        return Call(name, "error", seconds, run_ids, error, prompt, completion)
-    if statuses == {ExtractionRun.Status.SKIPPED}:
+    if result is not None and result.run_id is not None:
+        return ExtractionRun.objects.get(pk=result.run_id)
+    # An ExtractionError: the pipeline recorded the run as failed before raising.
+    return (
+        ExtractionRun.objects.filter(thread_id=conversation["thread_id"], user_id=conversation["user_id"])
+        .order_by("-id")
+        .first()
+    )
+
+
+def classify(name: str, seam_calls: list[tuple[float, Any]], run: Any) -> Call:
+    """What one conversation's model call came to, checked at the seam and in the DB."""
+    from facts.extraction import Extraction, ExtractionError
+    from facts.models import ExtractionRun
+
+    run_ids = (run.id,) if run is not None else ()
+    if run is None:
+        return Call(name, "none", None, run_ids, "no extraction run was recorded")
+    if run.status == ExtractionRun.Status.SKIPPED:
+        if seam_calls:
+            return Call(name, "none", None, run_ids, "the model was called for a skipped run")
         return Call(name, "skipped", None, run_ids)
-    if statuses - {ExtractionRun.Status.SUCCEEDED, ExtractionRun.Status.SKIPPED}:
-        return Call(name, "none", seconds, run_ids, f"run left {', '.join(sorted(statuses))}", prompt, completion)
-    if any(run.raw_output is None for run in runs if run.status == ExtractionRun.Status.SUCCEEDED):
-        return Call(name, "none", seconds, run_ids, "succeeded without the model's output", prompt, completion)
-    return Call(name, "update", seconds, run_ids, "", prompt, completion)
+    if len(seam_calls) != 1:
+        return Call(name, "none", None, run_ids, f"{len(seam_calls)} model calls for one run")
+    seconds, outcome = seam_calls[0]
+    tokens = (run.prompt_tokens, run.completion_tokens)
+    if isinstance(outcome, ExtractionError):
+        if run.status != ExtractionRun.Status.FAILED or not run.error:
+            return Call(name, "none", seconds, run_ids, f"ExtractionError not recorded on the run: {outcome}")
+        return Call(name, "error", seconds, run_ids, run.error, *tokens)
+    if isinstance(outcome, BaseException):
+        return Call(name, "crash", seconds, run_ids, f"{type(outcome).__name__}: {outcome}", *tokens)
+    if not isinstance(outcome, Extraction) or not isinstance(outcome.arguments, dict):
+        return Call(name, "none", seconds, run_ids, f"extract returned {type(outcome).__name__}", *tokens)
+    if run.status != ExtractionRun.Status.SUCCEEDED or run.raw_output is None:
+        return Call(name, "none", seconds, run_ids, f"run {run.status} without the model's output", *tokens)
+    return Call(name, "update", seconds, run_ids, "", *tokens)
 
 
 def collect_candidates() -> list[CandidateRow]:
     from facts.models import Candidate
 
     rows = []
-    for c in Candidate.objects.order_by("run_id", "position", "id"):
+    for c in Candidate.objects.order_by("id"):
         label = c.key or c.section or ""
         rows.append(
             CandidateRow(
@@ -181,9 +226,10 @@ def collect_stored() -> list[StoredMemory]:
 
 
 def queue_problems(candidates: list[CandidateRow], runs: list[int]) -> list[str]:
-    """Runs and candidates must be visible to reviewers: in the DB rows the queue reads
-    and, once the dashboard's review queue page exists, on that page."""
-    from django.contrib.auth.models import User
+    """Runs and candidates must be visible to reviewers: in the DB rows the queue reads,
+    and every candidate on the review queue page (all states, every page) and on its own
+    detail page, as a logged-in reviewer sees them."""
+    from django.contrib.auth.models import Group, User
     from django.test import Client
     from django.urls import NoReverseMatch, reverse
 
@@ -192,45 +238,36 @@ def queue_problems(candidates: list[CandidateRow], runs: list[int]) -> list[str]
 
     queued_runs = set(ExtractionRun.objects.values_list("id", flat=True))
     queued_candidates = set(Candidate.objects.filter(run_id__in=queued_runs).values_list("id", flat=True))
-    page_text = None
-    url = None
-    for name in QUEUE_URL_NAMES:
-        try:
-            url = reverse(name)
-        except NoReverseMatch:
-            continue
-        break
-    if url is not None:
-        from django.contrib.auth.models import Group
-
-        ensure_roles()
-        reviewer, _ = User.objects.get_or_create(username="e2e-reviewer")
-        reviewer.groups.add(Group.objects.get(name="reviewer"))
-        client = Client()
-        client.force_login(reviewer)
-        texts = []
-        # All candidates, whatever their verdict or review state: ask for every filter
-        # value the page offers, plus its default view.
-        for query in QUEUE_QUERIES:
-            response = client.get(url, query)
-            if response.status_code != 200:
-                return [f"review queue {url}?{query} answered {response.status_code}"]
-            texts.append(response.content.decode())
-        page_text = "\n".join(texts)
-        print(f"e2e: review queue page {url} checked", file=sys.stderr)
-    else:
+    try:
+        url = reverse("review_queue")
+    except NoReverseMatch:
         print("e2e: no review queue page yet; checked the DB rows it will read", file=sys.stderr)
-    return check_queue(runs, [c.id for c in candidates], queued_runs, queued_candidates, page_text)
+        return check_queue(runs, [c.id for c in candidates], queued_runs, queued_candidates)
+
+    ensure_roles()
+    reviewer, _ = User.objects.get_or_create(username="e2e-reviewer")
+    reviewer.groups.add(Group.objects.get(name="reviewer"))
+    client = Client()
+    client.force_login(reviewer)
+    problems: list[str] = []
+    texts = []
+    pages = max(1, -(-len(candidates) // PAGE_SIZE))
+    for number in range(1, pages + 1):
+        response = client.get(url, {"state": "all", "page": number})
+        if response.status_code != 200:
+            problems.append(f"review queue {url} page {number} answered {response.status_code}")
+        texts.append(response.content.decode())
+    for candidate in candidates:
+        detail = reverse("candidate_detail", args=[candidate.id])
+        response = client.get(detail)
+        if response.status_code != 200:
+            problems.append(f"candidate {candidate.id}: {detail} answered {response.status_code}")
+    print(f"e2e: review queue {url} ({pages} page(s)) and {len(candidates)} candidate pages checked", file=sys.stderr)
+    return problems + check_queue(runs, [c.id for c in candidates], queued_runs, queued_candidates, "\n".join(texts))
 
 
-QUEUE_URL_NAMES = ("review_queue", "facts:review_queue", "review", "candidates", "candidate_list")
-QUEUE_QUERIES: tuple[dict[str, str], ...] = (
-    {},
-    {"verdict": "rejected"},
-    {"verdict": "accepted"},
-    {"state": "all"},
-    {"verdict": "", "state": ""},
-)
+# The review queue's page size is at least this; asking for more pages is harmless.
+PAGE_SIZE = 25
 
 
 def main(argv: list[str] | None = None) -> int:

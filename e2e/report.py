@@ -7,7 +7,9 @@ model.
 
 from __future__ import annotations
 
+import re
 import statistics
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -129,7 +131,9 @@ def check_evidence(stored: list[StoredMemory], conversations: dict[str, list[Mes
     """No memory is stored unless its evidence is the user's own words.
 
     ``conversations`` maps thread id → the messages as sent. The evidence must be a
-    non-empty substring of the *user* message its ``message_id`` names, in that thread.
+    non-empty substring of the *user* message its ``message_id`` names, in that thread,
+    up to width, case, runs of whitespace and the punctuation around the quote. This is
+    written independently of the gate on purpose: it checks the gate, not itself.
     """
     problems = []
     for item in stored:
@@ -142,9 +146,23 @@ def check_evidence(stored: list[StoredMemory], conversations: dict[str, list[Mes
             problems.append(f"{where}: evidence names message {item.message_id!r}, not in thread {item.thread_id!r}")
         elif message.role != "user":
             problems.append(f"{where}: evidence comes from a {message.role} message ({message.id})")
-        elif item.evidence_text not in message.content:
+        elif not quotes(message.content, item.evidence_text):
             problems.append(f"{where}: evidence {item.evidence_text!r} is not in user message {message.id}")
     return problems
+
+
+_SPACE = re.compile(r"\s+")
+_QUOTE_EDGES = " \"'“”‘’「」『』`.,;:!?。，；：！？、"
+
+
+def _plain(text: str) -> str:
+    return _SPACE.sub(" ", unicodedata.normalize("NFKC", text)).strip().casefold()
+
+
+def quotes(message: str, evidence: str) -> bool:
+    """Whether ``evidence`` is the user's own words from ``message``."""
+    quote = _plain(evidence).strip(_QUOTE_EDGES)
+    return bool(quote) and quote in _plain(message)
 
 
 def check_queue(
@@ -242,6 +260,10 @@ def render(
             f"  #{candidate.id} run {candidate.run_id} {candidate.kind} {candidate.verdict} [{why}]{confidence} "
             f"{candidate.label!r}: {_short(candidate.content, 70)!r}"
         )
+        if candidate.evidence_text or candidate.evidence_message_id:
+            lines.append(f"      evidence [{candidate.evidence_message_id}]: {_short(candidate.evidence_text, 80)!r}")
+        if candidate.validation_error:
+            lines.append(f"      invalid: {_short(candidate.validation_error, 100)}")
     lines.append(f"stored: {summary.stored}")
     for item in stored:
         confidence = "" if item.confidence is None else f" (confidence {item.confidence:g})"

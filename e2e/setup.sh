@@ -23,7 +23,7 @@ if [ -x "$VENV/bin/python" ] && server_works && model_path >/dev/null 2>&1; then
   exit 0
 fi
 
-echo "e2e: building the server environment in $VENV (first run: about 5 minutes)" >&2
+echo "e2e: setting up the server environment in $VENV (a first build compiles llama.cpp: 5–12 minutes)" >&2
 test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 

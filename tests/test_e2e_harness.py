@@ -4,8 +4,20 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from typing import Any
 
-from e2e.harness import CONVERSATIONS, as_messages, load_conversations, wire_messages
+import pytest
+
+from e2e.harness import (
+    CONVERSATIONS,
+    as_messages,
+    collect_candidates,
+    collect_stored,
+    load_conversations,
+    queue_problems,
+    run_conversation,
+    wire_messages,
+)
 from e2e.report import (
     Call,
     CandidateRow,
@@ -17,6 +29,7 @@ from e2e.report import (
     render,
     summarize,
 )
+from tests.openai_stub import OpenAIStub
 
 THREADS = {
     "t1": [
@@ -36,6 +49,13 @@ def candidate(cid: int, verdict: str, *reasons: str, kind: str = "fact") -> Cand
 
 def test_it_accepts_evidence_quoted_from_the_user_message() -> None:
     assert check_evidence([card("平时请用中文解释技术问题")], THREADS) == []
+
+
+def test_it_treats_width_case_spacing_and_surrounding_quotes_as_the_same_words() -> None:
+    threads = {"t1": [Message("u1", "user", "I mostly write Go  services. 我用 Ｐｙｔｈｏｎ。")]}
+    assert check_evidence([card("“i mostly write go services.”")], threads) == []
+    assert check_evidence([card("我用 Python")], threads) == []
+    assert check_evidence([card("I mostly write Rust")], threads)
 
 
 def test_it_fails_a_card_whose_evidence_the_user_never_wrote() -> None:
@@ -130,3 +150,87 @@ def test_it_sends_conversations_as_langchain_message_dicts() -> None:
     assert wire[3]["tool_calls"][0]["name"] == "read_file"
     assert [m.role for m in as_messages(conversation)][:2] == ["system", "user"]
     json.dumps(wire)
+
+
+# --- the harness against the OpenAI-protocol stub (no model, real ChatOpenAI and gate) ---
+
+ARTICLE = {
+    "name": "article",
+    "user_id": "alice",
+    "agent_name": "coder",
+    "thread_id": "t1",
+    "messages": [
+        {"id": "u1", "role": "user", "content": "我主要做 Python 后端开发，平时请用中文解释技术问题。"},
+        {"id": "a1", "role": "assistant", "content": "好的。"},
+    ],
+}
+
+
+def fact(evidence: str, message_id: str = "u1", confidence: float = 0.9) -> dict[str, Any]:
+    return {
+        "key": "response_language",
+        "content": "用户偏好用中文解释技术问题。",
+        "category": "preference",
+        "scope": "user",
+        "durability": "durable",
+        "authority": "descriptive",
+        "confidence": confidence,
+        "evidence_message_id": message_id,
+        "evidence_text": evidence,
+    }
+
+
+def run(conversation: dict[str, Any]) -> tuple[Call, list[CandidateRow], list[StoredMemory], list[str]]:
+    call = run_conversation(conversation)
+    candidates, stored = collect_candidates(), collect_stored()
+    threads = {conversation["thread_id"]: as_messages(conversation)}
+    problems = check_calls([call]) + check_evidence(stored, threads) + queue_problems(candidates, list(call.run_ids))
+    return call, candidates, stored, problems
+
+
+@pytest.mark.django_db
+def test_it_reports_a_card_stored_from_the_users_words(openai_stub: OpenAIStub) -> None:
+    openai_stub.reply_tool_call({"facts": [fact("平时请用中文解释技术问题")], "summaries": [], "confirmations": []})
+    call, candidates, stored, problems = run(ARTICLE)
+    assert (call.outcome, call.seconds is not None, problems) == ("update", True, [])
+    assert [(c.verdict, c.reasons) for c in candidates] == [("accepted", ())]
+    [card] = stored
+    assert (card.kind, card.message_id, card.evidence_text) == ("card", "u1", "平时请用中文解释技术问题")
+
+
+@pytest.mark.django_db
+def test_invented_evidence_and_an_absurd_confidence_are_rejected_and_nothing_is_stored(
+    openai_stub: OpenAIStub,
+) -> None:
+    openai_stub.reply_tool_call({"facts": [fact("我喜欢 Rust"), fact("好的。", "a1"), fact("中文", confidence=596.0)]})
+    call, candidates, stored, problems = run(ARTICLE)
+    assert (call.outcome, stored, problems) == ("update", [], [])
+    assert [c.verdict for c in candidates] == ["rejected"] * 3
+    assert "evidence_missing" in candidates[0].reasons
+    assert "evidence_not_user" in candidates[1].reasons
+    assert "invalid" in candidates[2].reasons
+
+
+@pytest.mark.django_db
+def test_a_truncated_tool_call_is_reported_as_a_recorded_error(openai_stub: OpenAIStub) -> None:
+    # What llama-cpp-python's server sends when max_tokens cuts the call: finish_reason
+    # "tool_calls" and arguments that stop mid-string.
+    openai_stub.reply_tool_call('{"facts": [{"key": "user", "evidence_text": "这是', finish_reason="tool_calls")
+    call, candidates, stored, problems = run(ARTICLE)
+    assert (call.outcome, candidates, stored, problems) == ("error", [], [], [])
+    assert "malformed" in call.error
+
+
+@pytest.mark.django_db
+def test_a_server_error_is_reported_as_a_recorded_error(openai_stub: OpenAIStub) -> None:
+    openai_stub.reply_error(500, "Input should be 'text' or 'json_object'")
+    call, _, _, problems = run(ARTICLE)
+    assert (call.outcome, problems) == ("error", [])
+    assert "HTTP 500" in call.error
+
+
+@pytest.mark.django_db
+def test_a_conversation_with_nothing_to_remember_makes_no_model_call(openai_stub: OpenAIStub) -> None:
+    thanks = {**ARTICLE, "thread_id": "t2", "messages": [{"id": "u9", "role": "user", "content": "Thanks!"}]}
+    call, _, _, problems = run(thanks)
+    assert (call.outcome, problems, openai_stub.requests) == ("skipped", [], [])
