@@ -1,0 +1,139 @@
+"""Ranked search over the index (article §7, DESIGN.md §6).
+
+BM25 picks ``2 × limit`` candidates inside the caller's scope, then
+
+    score = -bm25 × decay + 0.2 × confidence,
+    decay = 1 for ages under 30 days, else exp(-0.01 × (age_days - 30)).
+
+SQLite's ``bm25()`` is lower-is-better, hence the minus sign. The user, agent and
+project always come from the runtime, never from the model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+
+from django.conf import settings
+
+from . import index
+from .tokenize import query_terms
+from .tokens import count_tokens
+
+DECAY_GRACE_DAYS = 30
+DECAY_RATE = 0.01
+CONFIDENCE_WEIGHT = 0.2
+MAX_LIMIT = 100  # the dashboard's playground; the agents' tool is clamped to 1..10
+TOOL_MAX_LIMIT = 10
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: str
+    content: str
+    category: str
+    confidence: float
+    score: float
+    bm25: float
+    decay: float
+    confidence_part: float
+    created_at: datetime
+
+    def as_dict(self) -> dict[str, object]:
+        data = asdict(self)
+        data["created_at"] = self.created_at.isoformat()
+        return data
+
+
+def decay_for(age_days: int) -> float:
+    return 1.0 if age_days < DECAY_GRACE_DAYS else math.exp(-DECAY_RATE * (age_days - DECAY_GRACE_DAYS))
+
+
+def age_days(created_at: datetime, now: datetime) -> int:
+    """Whole days since creation (never negative)."""
+    return max(0, (now - created_at).days)
+
+
+def final_score(raw_bm25: float, confidence: float, created_at: datetime, now: datetime) -> tuple[float, float, float]:
+    """(score, decay, confidence part)."""
+    decay = decay_for(age_days(created_at, now))
+    part = CONFIDENCE_WEIGHT * confidence
+    return -raw_bm25 * decay + part, decay, part
+
+
+def scopes(user_id: str, agent_name: str | None, project_id: str | None) -> list[str]:
+    buckets = [index.bucket_key(user_id=user_id, agent_name=agent_name)]
+    if project_id:
+        buckets.append(index.bucket_key(project_id=project_id))
+    return buckets
+
+
+def clamp(value: object, low: int, high: int, default: int) -> int:
+    try:
+        number = int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        return default
+    return max(low, min(number, high))
+
+
+def search(
+    query: str,
+    *,
+    user_id: str,
+    agent_name: str | None,
+    project_id: str | None = None,
+    limit: int = 5,
+    now: datetime | None = None,
+) -> list[Hit]:
+    """The best `limit` live facts of this user × agent (and project, when given)."""
+    limit = clamp(limit, 1, MAX_LIMIT, 5)
+    now = now or datetime.now(UTC)
+    terms = query_terms(query or "")
+    if not terms:
+        return []
+    rows = index.candidates(terms, scopes(user_id, agent_name, project_id), limit=2 * limit, now_ts=now.timestamp())
+    hits = []
+    for fact_id, content, category, confidence, created_iso, raw in rows:
+        created = datetime.fromisoformat(created_iso)
+        score, decay, part = final_score(raw, confidence, created, now)
+        hits.append(Hit(fact_id, content, category, confidence, score, raw, decay, part, created))
+    hits.sort(key=lambda hit: (-hit.score, hit.bm25, hit.id))
+    return hits[:limit]
+
+
+def memory_search_json(
+    query: str,
+    *,
+    user_id: str,
+    agent_name: str | None,
+    project_id: str | None = None,
+    limit: int = 5,
+) -> str:
+    """The ``memory_search`` tool's answer: a JSON list of ``{id, content, category,
+    confidence, score}``, at most 10 results and at most MEMORY_SEARCH_TOKEN_CAP tokens
+    (results are dropped from the end until it fits)."""
+    hits = search(
+        query,
+        user_id=user_id,
+        agent_name=agent_name,
+        project_id=project_id,
+        limit=clamp(limit, 1, TOOL_MAX_LIMIT, 5),
+    )
+    visible = [
+        {
+            "id": hit.id,
+            "content": hit.content,
+            "category": hit.category,
+            "confidence": hit.confidence,
+            "score": round(hit.score, 4),
+        }
+        for hit in hits
+    ]
+    cap = settings.MEMORY_SEARCH_TOKEN_CAP
+    text = json.dumps(visible, ensure_ascii=False)
+    while visible and count_tokens(text) > cap:
+        visible.pop()
+        text = json.dumps(visible, ensure_ascii=False)
+    return text
