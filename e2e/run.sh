@@ -8,12 +8,13 @@ cd "$(dirname "$0")/.."
 
 E2E_DIR=${E2E_DIR:-.e2e}
 APP_PY=${APP_PY:-.venv/bin/python}
-SERVER_PY="$E2E_DIR/venv/bin/python"
+E2E_VENV=${E2E_VENV:-$E2E_DIR/venv}
+SERVER_PY="$E2E_VENV/bin/python"
 # One thread: the machine is shared, and two threads under contention fell to 1 token/s.
 N_THREADS=${E2E_THREADS:-1}
 MODEL_ALIAS=smollm2-135m-instruct
 
-E2E_DIR="$E2E_DIR" bash e2e/setup.sh
+E2E_DIR="$E2E_DIR" E2E_VENV="$E2E_VENV" bash e2e/setup.sh
 MODEL_FILE=$("$SERVER_PY" e2e/model_path.py)
 PORT=$("$APP_PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 RUN_DIR="$E2E_DIR/run-$(date -u +%Y%m%d-%H%M%S)-$$"
