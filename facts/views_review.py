@@ -68,7 +68,7 @@ def filtered_candidates(data: dict[str, Any]) -> QuerySet[Candidate]:
 def review_queue(request: HttpRequest) -> HttpResponse:
     form = CandidateFilters(request.GET)
     if form.is_valid():
-        rows = filtered_candidates(form.cleaned_data).select_related("run")
+        rows = filtered_candidates(form.cleaned_data)
         page = page_of(request, rows, form.cleaned_data.get("page"), per_page=25)
         query = query_without_page(form.cleaned_data)
     else:

@@ -10,8 +10,9 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
-from django.db.models import Count
-from django.db.models.functions import TruncDate
+from django.core.cache import cache
+from django.db.models import CharField, Count
+from django.db.models.functions import Cast, Substr
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -30,6 +31,7 @@ from .dashboard_forms import ApiKeyForm, ReasonOnly
 from .models import ApiKey, DriftCheck
 
 CHART_DAYS = 14
+CHART_CACHE_SECONDS = 60
 REASON_SAMPLE = 5000
 
 # --- overview ---------------------------------------------------------------------------
@@ -50,9 +52,11 @@ def verdict_chart(days: int = CHART_DAYS) -> dict[str, Any]:
     """Accepted and rejected candidates per day, as bars laid out for an inline SVG."""
     today = timezone.now().date()
     since = today - timedelta(days=days - 1)
+    # The day as the first ten characters of the stored timestamp (UTC): TruncDate would
+    # call a Python function per row on SQLite, many times slower over 100k candidates.
     rows = (
         Candidate.objects.filter(created_at__gte=day_start(since))
-        .annotate(day=TruncDate("created_at"))
+        .annotate(day=Substr(Cast("created_at", CharField()), 1, 10))
         .values("day", "verdict")
         .annotate(n=Count("id"))
         .order_by()
@@ -60,9 +64,10 @@ def verdict_chart(days: int = CHART_DAYS) -> dict[str, Any]:
     per_day: dict[Any, dict[str, int]] = {
         since + timedelta(days=i): {"accepted": 0, "rejected": 0} for i in range(days)
     }
+    by_text = {day.isoformat(): counts for day, counts in per_day.items()}
     for row in rows:
-        if row["day"] in per_day:
-            per_day[row["day"]][row["verdict"]] = row["n"]
+        if row["day"] in by_text and row["verdict"] in by_text[row["day"]]:
+            by_text[row["day"]][row["verdict"]] = row["n"]
     peak = max([max(v.values()) for v in per_day.values()] + [1])
     height, slot = 120.0, 36.0
     bars: list[Bar] = []
@@ -106,13 +111,23 @@ def index_health() -> dict[str, Any]:
     }
 
 
+def charts() -> dict[str, Any]:
+    """Both charts, cached for a minute: they show days and proportions, and under steady
+    ingestion they would otherwise be recomputed on every visit."""
+    key = f"dashboard:charts:{timezone.now():%Y-%m-%d}"
+    cached = cache.get(key)
+    if cached is None:
+        cached = {"verdicts": verdict_chart(), "reasons": reason_chart()}
+        cache.set(key, cached, CHART_CACHE_SECONDS)
+    return cached
+
+
 @require_GET
 @login_required
 def overview(request: HttpRequest) -> HttpResponse:
     ctx = {
         "counts": overview_counts(),
-        "verdicts": verdict_chart(),
-        "reasons": reason_chart(),
+        **charts(),
         "runs": ExtractionRun.objects.order_by("-started_at").defer("filtered_rows", "raw_output")[:10],
         "health": index_health(),
     }

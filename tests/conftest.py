@@ -166,3 +166,11 @@ def make_candidate(db: None) -> Callable[..., Any]:
         return Candidate.objects.create(**data)
 
     return make
+
+
+# Dashboard: the overview caches its charts and counts; no test may see another's.
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> None:
+    from django.core.cache import cache
+
+    cache.clear()
