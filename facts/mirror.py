@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
 import os
@@ -20,6 +21,7 @@ from .store import (
     CardParseError,
     InvalidId,
     Profile,
+    RevisionConflict,
     Store,
     dump_card,
     file_digest,
@@ -331,15 +333,7 @@ def _rel_for(card: Card) -> str | None:
 
 def snapshot(store: Store, *, progress: Progress | None = None, workers: int | None = None) -> FileSnapshot:
     snap = FileSnapshot()
-    for item in scan_cards(store, progress=progress, workers=workers):
-        if item.card is None:
-            snap.unreadable.append((item.rel, item.error or "unreadable"))
-        elif item.card.id in snap.cards:
-            snap.unreadable.append((item.rel, f"duplicate id {item.card.id} (also in {snap.cards[item.card.id].rel})"))
-        elif _rel_for(item.card) != item.rel:
-            snap.unreadable.append((item.rel, "card is not in the folder its user/agent/project and id say"))
-        else:
-            snap.cards[item.card.id] = item
+    _classify(store, scan_cards(store, progress=progress, workers=workers), snap)
     for item in scan_profiles(store):
         if item.profile is None:
             snap.unreadable.append((item.rel, item.error or "unreadable"))
@@ -441,5 +435,96 @@ def _record_hand_edits(changed: list[tuple[Scanned, str]], actor: str) -> None:
         elif digest != item.digest and digest != file_digest(dump_card(card)):
             edited.append(card)
     FactRevision.objects.bulk_create(new, ignore_conflicts=True, batch_size=500)
-    if edited:
-        commit([Put(card, expected_revision=card.revision) for card in edited], actor=actor, reason="edited on disk")
+    for card in edited:
+        # Written again since the scan? That commit read the hand edit and has its revision.
+        with contextlib.suppress(RevisionConflict):
+            commit([Put(card, expected_revision=card.revision)], actor=actor, reason="edited on disk")
+
+
+# --- catching up with the writes made during a rebuild ----------------------------------
+
+
+def _classify(store: Store, items: Iterator[Scanned] | list[Scanned], snap: FileSnapshot) -> None:
+    for item in items:
+        if item.card is None:
+            snap.unreadable.append((item.rel, item.error or "unreadable"))
+        elif item.card.id in snap.cards:
+            snap.unreadable.append((item.rel, f"duplicate id {item.card.id} (also in {snap.cards[item.card.id].rel})"))
+        elif _rel_for(item.card) != item.rel:
+            snap.unreadable.append((item.rel, "card is not in the folder its user/agent/project and id say"))
+        else:
+            snap.cards[item.card.id] = item
+
+
+def refresh(store: Store, snap: FileSnapshot) -> tuple[list[Card], list[Card]]:
+    """Bring `snap` up to date with the files; returns (cards whose file changed or
+    appeared since the snapshot, cards whose file is gone).
+
+    Every file is read again, but only those whose text changed are parsed again.
+    Meant to run with ``store.commit_gate(exclusive=True)`` held, so that no commit is
+    half-way while it reads.
+    """
+    root = str(store.root)
+    known = {item.rel: item for item in snap.cards.values()}
+    items: list[Scanned] = []
+    for rel in _card_rels(store):
+        old = known.get(rel)
+        if old is not None:
+            try:
+                text = (store.root / rel).read_bytes().decode("utf-8")
+            except (FileNotFoundError, UnicodeDecodeError):
+                text = None
+            if text is not None and file_digest(text) == old.digest:
+                items.append(old)
+                continue
+        items.append(_scan_one((root, rel)))
+    fresh = FileSnapshot()
+    _classify(store, items, fresh)
+    for item in scan_profiles(store):
+        if item.profile is None:
+            fresh.unreadable.append((item.rel, item.error or "unreadable"))
+        else:
+            fresh.profiles[item.profile.user_id] = item
+    changed = [
+        item.card
+        for fact_id, item in fresh.cards.items()
+        if item.card is not None and (fact_id not in snap.cards or snap.cards[fact_id].digest != item.digest)
+    ]
+    gone = [item.card for fact_id, item in snap.cards.items() if item.card is not None and fact_id not in fresh.cards]
+    snap.cards, snap.profiles, snap.unreadable = fresh.cards, fresh.profiles, fresh.unreadable
+    return changed, gone
+
+
+def catch_up(store: Store, snap: FileSnapshot) -> int:
+    """The last step of a rebuild: apply what was committed while it ran.
+
+    A rebuild reads the files, then replaces mirror and index from what it read; a
+    commit that lands in between would be undone (an older version put back, a new
+    card dropped) until the next rebuild. With every commit shut out for a moment, the
+    files are read again and whatever changed since the snapshot goes to the mirror
+    and, through the write hook, to the index. Returns how many cards it applied.
+    """
+    from . import hooks
+
+    with store.commit_gate(exclusive=True):
+        changed, gone = refresh(store, snap)
+        mirrored_profiles = dict(ProfileSection.objects.values_list("user_id", "file_sha256").distinct())
+        stale_profiles = [
+            item for user_id, item in snap.profiles.items() if mirrored_profiles.get(user_id) != item.digest
+        ]
+        vanished_profiles = set(mirrored_profiles) - set(snap.profiles)
+        if changed or gone or stale_profiles or vanished_profiles:
+            with transaction.atomic():
+                upsert_mirror(
+                    [mirror_row(card, snap.cards[card.id].rel, snap.cards[card.id].digest) for card in changed]
+                )
+                if gone:
+                    FactCard.objects.filter(id__in=[card.id for card in gone]).delete()
+                for item in stale_profiles:
+                    assert item.profile is not None
+                    mirror_profile(item.profile, item.rel, item.digest)
+                if vanished_profiles:
+                    ProfileSection.objects.filter(user_id__in=vanished_profiles).delete()
+        if changed or gone:
+            hooks.cards_changed(changed, gone)
+    return len(changed) + len(gone)

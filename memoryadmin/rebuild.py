@@ -66,8 +66,7 @@ def _index_rebuild(snap: FileSnapshot, progress: Progress | None) -> dict[str, A
     return build(snap, progress=progress) if build else {}
 
 
-def check(*, progress: Progress | None = None) -> CheckReport:
-    snap = mirror.snapshot(get_store(), progress=progress)
+def _compare(snap: FileSnapshot) -> CheckReport:
     report = CheckReport(unreadable=list(snap.unreadable))
     report.parts["mirror"] = mirror.mirror_drift(snap)
     index_drift = _index_check(snap)
@@ -76,11 +75,27 @@ def check(*, progress: Progress | None = None) -> CheckReport:
     return report
 
 
+def check(*, progress: Progress | None = None) -> CheckReport:
+    store = get_store()
+    snap = mirror.snapshot(store, progress=progress)
+    report = _compare(snap)
+    if not report.clean:
+        # A commit that landed during the scan looks like drift; look again with
+        # commits held off for a moment, so only real drift is reported.
+        with store.commit_gate(exclusive=True):
+            mirror.refresh(store, snap)
+            report = _compare(snap)
+    return report
+
+
 def rebuild(*, progress: Progress | None = None, actor: str = "reindex") -> RebuildResult:
-    snap = mirror.snapshot(get_store(), progress=progress)
+    store = get_store()
+    snap = mirror.snapshot(store, progress=progress)
     stats = mirror.rebuild_mirror(snap, actor=actor)
     result = RebuildResult(cards=stats.cards, profiles=stats.profiles, unreadable=stats.unreadable)
     result.extra["changed"] = stats.changed
     result.extra["removed"] = stats.removed
     result.extra.update(_index_rebuild(snap, progress=None))
+    # Commits made while the rebuild ran would otherwise be undone in mirror and index.
+    result.extra["caught_up"] = mirror.catch_up(store, snap)
     return result
