@@ -85,3 +85,44 @@ def test_a_file_that_is_not_utf8_is_a_parse_error(tmp_path: Path) -> None:
         assert "UTF-8" in exc.message
     else:  # pragma: no cover
         raise AssertionError("invalid UTF-8 was accepted")
+
+
+# --- the rebuild's fast front-matter reader must agree with the real one -------------------
+
+
+def _agrees(text: str) -> None:
+    from facts.mirror import _parse_fast
+
+    fast = _parse_fast(text)
+    if fast is None:
+        return
+    try:
+        slow = parse_card(text, PATH)
+    except CardParseError as exc:  # pragma: no cover - a disagreement
+        raise AssertionError(f"the fast reader accepted a card the real parser refuses: {exc.message}") from None
+    assert fast == slow
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(card=__import__("tests.test_properties_store", fromlist=["cards"]).cards)
+def test_the_fast_reader_reads_every_written_card_as_the_real_parser_does(card: Card) -> None:
+    _agrees(dump_card(card))
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_fast_reader_never_disagrees_on_a_hand_edited_line(data: st.DataObject) -> None:
+    card = Card(
+        id=new_fact_id(), key="k", category="goal", confidence=0.5, user_id="u",
+        created_at="2026-01-01T00:00:00Z", updated_at="2026-01-01T00:00:00Z", content="x",
+    )  # fmt: skip
+    lines = dump_card(card).split("\n")
+    front_end = lines.index("---", 1)
+    where = data.draw(st.integers(1, front_end - 1))
+    name = lines[where].split(":", 1)[0]
+    value = data.draw(
+        st.text(max_size=30)
+        | st.sampled_from(["yes", "no", "on", "0x10", "0777", "1e5", "1.0e+5", ".5", "~", "''", "'a''b'", "null"])
+    )
+    lines[where] = f"{name}: {value}"
+    _agrees("\n".join(lines))
