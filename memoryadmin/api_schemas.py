@@ -148,7 +148,8 @@ class MessageIn(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    id: str = Field(min_length=1, max_length=200)
+    # Optional: the write side derives a stable id from the content when it is missing.
+    id: str | None = Field(default=None, min_length=1, max_length=200)
     role: Literal["user", "assistant", "system", "developer", "tool", "function", "human", "ai"]
     content: str | list[Any] = ""
     additional_kwargs: dict[str, Any] = Field(default_factory=dict)
@@ -192,7 +193,7 @@ def parse_turn(data: dict[str, Any]) -> TurnRequest:
             # The field itself; deeper parts of the location are pydantic's union tags.
             field = f"{where}.{err['loc'][0]}" if err["loc"] else where
             raise BadRequest(field, err["msg"]) from None
-        if message.id in seen:
+        if message.id is not None and message.id in seen:
             raise BadRequest(f"{where}.id", f"repeats the id {message.id!r} of an earlier message")
         seen.add(message.id)
         size = len(message.content) if isinstance(message.content, str) else len(json.dumps(message.content))

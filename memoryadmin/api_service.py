@@ -8,13 +8,17 @@ lazily: this module composes them and owns neither.
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import logging
+import os
 import threading
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -45,15 +49,50 @@ def accept_turn(
     """
     from facts.ingestion import record_turn
 
-    receipt = record_turn(
-        user_id=scope.user_id,
-        agent_name=scope.agent_name,
-        thread_id=thread_id,
-        project_id=scope.project_id,
-        messages=list(messages),
-        flush=flush,
-    )
+    with _writer_slot():
+        receipt = record_turn(
+            user_id=scope.user_id,
+            agent_name=scope.agent_name,
+            thread_id=thread_id,
+            project_id=scope.project_id,
+            messages=list(messages),
+            flush=flush,
+        )
     return {"accepted": receipt.accepted, "turn_ids": list(receipt.turn_ids)}
+
+
+_sqlite_writers = threading.Lock()
+_lock_file: tuple[int, str, int] | None = None  # (pid, path, fd)
+
+
+def _process_lock_fd() -> int:
+    global _lock_file
+    path = str(Path(settings.MEMORY_ROOT) / ".api" / "writers.lock")
+    if _lock_file is None or _lock_file[0] != os.getpid() or _lock_file[1] != path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        _lock_file = (os.getpid(), path, os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    return _lock_file[2]
+
+
+@contextmanager
+def _writer_slot() -> Iterator[None]:
+    """On SQLite, one turn writer at a time across the API's processes.
+
+    SQLite has one writer, and a connection that finds it busy waits in SQLite's busy
+    handler, which sleeps in growing steps (up to 100 ms): under load those sleeps, not
+    the work, set the latency. Queueing on a thread lock and then on flock() instead
+    hands the database over the moment it is free (the kernel wakes the next waiter).
+    """
+    if connection.vendor != "sqlite":
+        yield
+        return
+    with _sqlite_writers:
+        fd = _process_lock_fd()
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 # --- read: context and search ------------------------------------------------------

@@ -245,9 +245,15 @@ def spec() -> dict[str, Any]:
                 "AgentName": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,63}$"},
                 "Message": {
                     "type": "object",
-                    "required": ["id", "role"],
+                    "required": ["role"],
                     "properties": {
-                        "id": {"type": "string", "minLength": 1, "maxLength": 200},
+                        "id": {
+                            "type": "string",
+                            "minLength": 1,
+                            "maxLength": 200,
+                            "description": "Send it: ids are how a message is never extracted twice "
+                            "(without one, an id is derived from the content)",
+                        },
                         "role": {
                             "type": "string",
                             "enum": ["user", "assistant", "system", "developer", "tool", "function", "human", "ai"],

@@ -246,7 +246,8 @@ def test_it_rejects_malformed_bodies_with_400(agent: Client, body: bytes, field:
         ({"messages": []}, "messages"),
         ({"messages": ["hello"]}, "messages[0]"),
         ({"messages": [{"id": "m1", "role": "wizard", "content": "x"}]}, "messages[0].role"),
-        ({"messages": [{"role": "user", "content": "x"}]}, "messages[0].id"),
+        ({"messages": [{"id": 7, "role": "user", "content": "x"}]}, "messages[0].id"),
+        ({"messages": [{"id": "", "role": "user", "content": "x"}]}, "messages[0].id"),
         ({"messages": [{"id": "m1", "role": "user", "content": 5}]}, "messages[0].content"),
         (
             {"messages": [{"id": "m1", "role": "user", "content": "a"}, {"id": "m1", "role": "user", "content": "b"}]},
@@ -258,6 +259,12 @@ def test_it_rejects_bad_fields_with_400_naming_the_field(agent: Client, override
     response = post(agent, "/api/v1/turns", turn_body(**overrides))
     assert response.status_code == 400
     assert error_of(response)["message"].startswith(field + ":")
+
+
+def test_a_message_without_an_id_gets_a_stable_one(agent: Client) -> None:
+    body = turn_body(thread_id="no-ids", messages=[{"role": "user", "content": "我主要做 Python 后端开发。"}])
+    assert post(agent, "/api/v1/turns", body).json()["accepted"] == 1
+    assert post(agent, "/api/v1/turns", body).json()["accepted"] == 0
 
 
 def test_it_rejects_too_many_messages(agent: Client, settings: Any) -> None:
