@@ -66,8 +66,8 @@ class FactFilters(ScopeFilters):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
-        if data.get("q") and not (data.get("user") and data.get("agent")) and not data.get("project"):
-            self.add_error("q", "Text search runs in one scope: give a user and an agent (or a project).")
+        if data.get("q") and not (data.get("user") and data.get("agent")):
+            self.add_error("q", "Text search runs in one scope, as an agent's search does: give a user and an agent.")
         return data
 
 

@@ -189,13 +189,7 @@ def search_ids(query: str, *, user_id: str, agent_name: str, project_id: str) ->
         from retrieval.search import search
     except ImportError:
         return None
-    hits = search(
-        query,
-        user_id=user_id or None,
-        agent_name=agent_name or None,
-        project_id=project_id or None,
-        limit=50,
-    )
+    hits = search(query, user_id=user_id, agent_name=agent_name, project_id=project_id or None, limit=10)
     return [hit.id for hit in hits]
 
 

@@ -148,7 +148,7 @@ def search_playground(request: HttpRequest) -> HttpResponse:
     if form.is_bound and form.is_valid():
         agent = form.cleaned_data["agent"]
         try:
-            ctx["hits"] = run_search(form.cleaned_data)
+            ctx["hits"] = [(hit, hit.score - hit.confidence_part) for hit in run_search(form.cleaned_data)]
         except ImportError:
             ctx["unavailable"] = "The search (retrieval.search) is not installed yet."
         except InvalidId as exc:

@@ -238,7 +238,18 @@ def test_the_playground_breaks_scores_into_parts(viewer_client: Client, make_car
     response = viewer_client.get("/search/", {"q": "中文", "user": "alice", "agent": "coder"})
     hits = response.context["hits"]
     assert len(hits) == 1
-    assert b"BM25 part" in response.content
+    hit, bm25_part = hits[0]
+    assert bm25_part == pytest.approx(-hit.bm25 * hit.decay)
+    assert hit.score == pytest.approx(bm25_part + hit.confidence_part)
+    assert "−bm25 × decay" in response.content.decode()
+
+
+@needs_search
+def test_the_facts_list_searches_through_the_index(viewer_client: Client, make_card) -> None:
+    save_card(make_card(content="用户偏好用中文解释技术问题"), actor="t")
+    save_card(make_card(content="Likes tea."), actor="t")
+    response = viewer_client.get("/facts/", {"user": "alice", "agent": "coder", "q": "中文"})
+    assert [f.content for f in response.context["page"]] == ["用户偏好用中文解释技术问题"]
 
 
 @needs_search
