@@ -8,6 +8,7 @@ writes the accepted ones through `facts.writer` in one batch. `apply_candidate` 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import unicodedata
@@ -70,9 +71,15 @@ def evidence_reasons(message_id: str, evidence_text: str, rows: Sequence[Row]) -
     if row["role"] != "user":
         reasons.append(EVIDENCE_NOT_USER)
     quote = _norm(evidence_text).strip(_EDGE)
-    if not quote or quote not in _norm(row["content"]):
+    if not quote or quote not in _norm_cached(row["content"]):
         reasons.append(EVIDENCE_MISSING)
     return reasons
+
+
+@functools.lru_cache(maxsize=256)
+def _norm_cached(text: str) -> str:
+    # Every candidate of a run quotes the same few messages: normalize each once.
+    return _norm(text)
 
 
 def judge_fact(fact: FactCandidate, rows: Sequence[Row], *, project_id: str | None, threshold: float) -> list[str]:
@@ -338,13 +345,14 @@ def _find_confirmed(plan: _Plan, confirmation: Confirmation, ctx: Context) -> tu
 
 
 def apply_run(
-    run: ExtractionRun, parsed: Iterable[Parsed], ctx: Context, *, store: Store | None = None
+    run: ExtractionRun, parsed: Iterable[Parsed], ctx: Context, *, store: Store | None = None, save: bool = True
 ) -> list[Candidate]:
     """Judge, record and (in auto mode) apply every candidate of one run.
 
     Nothing the model proposed is thrown away: invalid and rejected candidates are
     stored with their raw form for review. Card writes go out in one `writer.commit`,
-    profile changes in one `writer.commit_profile`.
+    profile changes in one `writer.commit_profile`. With ``save=False`` the caller
+    saves the returned Candidate rows (in its own transaction).
     """
     store = store or get_store()
     at = (ctx.now or now_utc()).replace(microsecond=0)
@@ -421,7 +429,8 @@ def apply_run(
             row.fact_id = card.id
         if summaries:
             _write_summaries(ctx.user_id, summaries, run, ctx, at, store)
-    Candidate.objects.bulk_create(rows)
+    if save:
+        Candidate.objects.bulk_create(rows)
     return rows
 
 

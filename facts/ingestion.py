@@ -466,9 +466,12 @@ def run_pipeline(
     ctx = gate.Context.from_settings(
         user_id=user_id, agent_name=agent_name, thread_id=thread_id, project_id=project_id or None, rows=rows, now=now
     )
-    candidates = gate.apply_run(run, parsed, ctx)
-    _mark_extracted(run, user_id, agent_name, thread_id, fed)
-    _finish(run, ExtractionRun.Status.SUCCEEDED, started)
+    candidates = gate.apply_run(run, parsed, ctx, save=False)
+    # Candidates, extracted ids and the run's outcome commit together.
+    with transaction.atomic():
+        Candidate.objects.bulk_create(candidates)
+        _mark_extracted(run, user_id, agent_name, thread_id, fed)
+        _finish(run, ExtractionRun.Status.SUCCEEDED, started)
     result.candidates = [CandidateSummary(c.kind, c.key, c.section, c.verdict, list(c.reasons)) for c in candidates]
     result.saved = sum(1 for c in candidates if c.kind == Candidate.Kind.FACT and c.verdict == "accepted" and c.fact_id)
     return result
@@ -488,7 +491,12 @@ def _finish(run: ExtractionRun, status: str, started: float) -> None:
     run.status = status
     run.finished_at = timezone.now()
     run.duration_ms = (time.perf_counter() - started) * 1000
-    run.save()
+    run.save(
+        update_fields=[
+            "status", "finished_at", "duration_ms", "error", "raw_output", "model_name",
+            "model_ms", "prompt_tokens", "completion_tokens",
+        ]
+    )  # fmt: skip
 
 
 def run_turns_now(

@@ -1,0 +1,164 @@
+"""Write path throughput: filter + gate + write + mirror (+ index listener) for replayed candidates.
+
+    .venv/bin/python bench/bench_write_path.py [--candidates 10000] [--per-run 25]
+
+Runs in a throwaway MEMORY_ROOT and SQLite database. Each run is one replayed turn
+(system prompt, injected memory, user message, tool call, tool result, greeting,
+assistant reply) whose model output has `--per-run` candidates: ~80 % accepted (new
+keys and key replacements), the rest rejected for thread scope, transactional,
+low confidence, missing evidence, duplicates or invalid values. Every card file is
+written atomically and fsynced; the search index listener is registered as in
+production. Targets on the 2-core machine: ≥ 1,000 candidates/s, peak RSS ≤ 400 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(BASE_DIR))
+
+
+def candidate(i: int, run: int, rng: random.Random) -> tuple[dict, str]:
+    """A candidate and the sentence of the user message that is its evidence."""
+    sentence = f"事实 {run}-{i}：我在项目 P{i % 7} 里负责模块 M{run}{i}，偏好方案 {rng.randrange(10**6)}。"
+    data = {
+        "key": f"attribute_{run % 50}_{i}",
+        "content": f"用户在项目 P{i % 7} 里负责模块 M{run}{i}。",
+        "category": rng.choice(["preference", "context", "goal", "correction"]),
+        "scope": "user",
+        "durability": "durable",
+        "authority": "descriptive",
+        "confidence": round(rng.uniform(0.75, 1.0), 2),
+        "evidence_message_id": "u1",
+        "evidence_text": sentence[:-1],
+    }
+    roll = i % 20
+    if roll == 0:
+        data["scope"] = "thread"
+    elif roll == 1:
+        data["authority"] = "transactional"
+    elif roll == 2:
+        data["confidence"] = 0.3
+    elif roll == 3:
+        data["evidence_text"] = "这句话用户从来没说过"
+    elif roll == 4:
+        data["confidence"] = 1.2  # invalid, rejected alone
+    return data, sentence
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--candidates", type=int, default=10_000)
+    parser.add_argument("--per-run", type=int, default=25)
+    parser.add_argument("--users", type=int, default=20)
+    args = parser.parse_args()
+
+    workdir = Path(
+        tempfile.mkdtemp(prefix="bench-write-", dir=BASE_DIR / ".bench" if (BASE_DIR / ".bench").is_dir() else None)
+    )
+    os.environ["MEMORY_ROOT"] = str(workdir / "memory")
+    os.environ["DATABASE_URL"] = f"sqlite:///{workdir / 'db.sqlite3'}"
+    os.environ["DJANGO_SETTINGS_MODULE"] = "memoryadmin.settings"
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+    from facts import hooks
+    from facts.ingestion import run_turns_now
+    from facts.models import Candidate, FactCard
+
+    try:
+        rng = random.Random(7)
+        runs = max(1, args.candidates // args.per_run)
+        turns = []
+        for run in range(runs):
+            cands, sentences = zip(*(candidate(i, run, rng) for i in range(args.per_run)), strict=True)
+            facts = list(cands)
+            if run >= args.users * 2 and run % 3 == 0:
+                facts[5] = dict(facts[5], content=f"重复内容 {run % 10}")  # some repeats → duplicate
+            user = f"user-{run % args.users}"
+            messages = [
+                {"role": "system", "content": "你是技术助手。", "id": f"r{run}-s"},
+                {"role": "user", "content": "<memory>旧记忆</memory>", "id": f"r{run}-m", "origin": "memory"},
+                {
+                    "role": "user",
+                    "content": "".join(sentences)
+                    + " 重复内容 0 重复内容 1 重复内容 2 重复内容 3 重复内容 4 重复内容 5 重复内容 6 重复内容 7 重复内容 8 重复内容 9",
+                    "id": "u1",
+                },
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "id": f"r{run}-a1",
+                    "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "grep", "arguments": "{}"}}],
+                },
+                {"role": "tool", "content": "result", "tool_call_id": "c1", "id": f"r{run}-t"},
+                {"role": "assistant", "content": "明白。", "id": f"r{run}-a2"},
+                {"role": "user", "content": "好的，谢谢", "id": f"r{run}-u2"},
+                {"role": "assistant", "content": "不客气", "id": f"r{run}-a3"},
+            ]
+            for fact in facts:
+                if fact["evidence_message_id"] == "u1":
+                    fact["evidence_message_id"] = f"r{run}-u1"
+            messages[2]["id"] = f"r{run}-u1"
+            turns.append(
+                {
+                    "user_id": user,
+                    "agent_name": f"agent-{run % 2}",
+                    "thread_id": f"thread-{run}",
+                    "messages": messages,
+                    "model_output": {"facts": facts},
+                }
+            )
+        listeners = len(hooks._card_listeners)
+        # Warm up imports and the index (not measured).
+        run_turns_now(
+            user_id="warm", agent_name="w", thread_id="w", messages=[{"role": "user", "content": "我用 vim", "id": "w1"}],
+            model_output={"facts": []},
+        )  # fmt: skip
+        started = time.perf_counter()
+        cpu_started = time.process_time()
+        total = saved = 0
+        for turn in turns:
+            result = run_turns_now(**turn)
+            total += len(result.candidates)
+            saved += result.saved
+        elapsed = time.perf_counter() - started
+        cpu = time.process_time() - cpu_started
+        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        accepted = Candidate.objects.filter(verdict="accepted").count()
+        reasons: dict[str, int] = {}
+        for codes in Candidate.objects.values_list("reasons", flat=True):
+            for code in codes:
+                reasons[code] = reasons.get(code, 0) + 1
+        print(
+            f"runs: {len(turns)} × {args.per_run} candidates, {args.users} users × 2 agents, index listeners: {listeners}"
+        )
+        print(f"candidates: {total}  accepted: {accepted}  cards written: {saved}  rejected: {reasons}")
+        print(
+            f"live cards: {FactCard.objects.filter(status='active').count()}  superseded: {FactCard.objects.filter(status='superseded').count()}"
+        )
+        print(f"elapsed: {elapsed:.2f} s  throughput: {total / elapsed:,.0f} candidates/s (target ≥ 1,000)")
+        print(f"per run: {elapsed / len(turns) * 1000:.1f} ms  peak RSS: {rss_mb:.0f} MB (target ≤ 400)")
+        print(
+            f"CPU time: {cpu:.2f} s ({total / cpu:,.0f} candidates per CPU-second; load average {os.getloadavg()[0]:.1f})"
+        )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
