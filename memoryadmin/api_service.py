@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from facts.models import FactUsage
@@ -189,7 +189,7 @@ def write_usage(kind: str, counts: Counter[str], *, at: datetime | None = None) 
         f"ON CONFLICT (fact_id) DO UPDATE SET {count_col} = {table}.{count_col} + excluded.{count_col}, "
         f"{time_col} = excluded.{time_col}"
     )
-    with transaction.atomic(), connection.cursor() as cursor:
+    with connection.cursor() as cursor:  # one statement: atomic on its own
         cursor.execute(sql, params)
 
 

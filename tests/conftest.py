@@ -174,3 +174,10 @@ def _fresh_cache() -> None:
     from django.core.cache import cache
 
     cache.clear()
+
+
+@pytest.fixture(autouse=True)
+def _inline_api_usage_counters(settings: Any) -> None:
+    """The API's usage counters are written inline in tests, never by the background
+    flusher thread (which would write outside the test's transaction)."""
+    settings.API_USAGE_FLUSH_SECONDS = 0
