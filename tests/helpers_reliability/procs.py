@@ -7,6 +7,7 @@ cloned with ``CREATE DATABASE … TEMPLATE`` for each test and dropped afterward
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -115,20 +116,31 @@ def _template_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         _pg_admin(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}"')
 
 
+@contextlib.contextmanager
+def fresh_env(template_url: str, folder: Path, root: Path) -> Iterator[Env]:
+    """A new migrated database (a copy of the template) and `root` as MEMORY_ROOT."""
+    folder.mkdir(parents=True, exist_ok=True)
+    root.mkdir(parents=True, exist_ok=True)
+    if on_postgres():
+        name = f"rel_{uuid.uuid4().hex[:10]}"
+        _pg_admin(f'CREATE DATABASE "{name}" TEMPLATE "{template_url.rsplit("/", 1)[1]}"')
+        url = _pg_url(name)
+    else:
+        db = folder / "shared.sqlite3"
+        shutil.copy(template_url.removeprefix("sqlite:///"), db)
+        url = f"sqlite:///{db}"
+    try:
+        yield Env(_env_vars(url, root, folder / "var"), root)
+    finally:
+        if on_postgres():
+            _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture
 def proc_env(_template_db: str, tmp_path: Path, memory_root: Path) -> Iterator[Env]:
     """A migrated database and the test's MEMORY_ROOT, for subprocesses."""
-    if on_postgres():
-        name = f"rel_{uuid.uuid4().hex[:10]}"
-        _pg_admin(f'CREATE DATABASE "{name}" TEMPLATE "{_template_db.rsplit("/", 1)[1]}"')
-        url = _pg_url(name)
-    else:
-        db = tmp_path / "shared.sqlite3"
-        shutil.copy(_template_db.removeprefix("sqlite:///"), db)
-        url = f"sqlite:///{db}"
-    yield Env(_env_vars(url, memory_root, tmp_path / "var"), memory_root)
-    if on_postgres():
-        _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_env(_template_db, tmp_path, memory_root) as env:
+        yield env
 
 
 def report_numbers(scenario: str, **numbers: Any) -> None:
