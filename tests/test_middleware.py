@@ -289,3 +289,26 @@ def test_the_snapshot_keeps_a_user_input_summarized_away_during_its_own_run() ->
         ("user", "我主要做 Python 后端开发。"),
         ("assistant", "完成。"),
     ]
+
+
+def test_the_async_hooks_behave_like_the_sync_ones() -> None:
+    import asyncio
+
+    memory, model = RecordingMemory(), ScriptedChatModel()
+    agent = summarizing_agent(memory, model)
+
+    async def conversation() -> None:
+        for n in range(4):
+            await agent.ainvoke(
+                {"messages": [HumanMessage(content=f"第{n}条陈述")]},
+                context=ALICE,
+                config={"configurable": {"thread_id": "async"}},
+            )
+
+    asyncio.run(conversation())
+    assert all(is_memory(prompt[0]) for prompt in model.prompts)
+    normal = [messages for _, messages, flush in memory.turns if not flush]
+    assert [m[0]["content"] for m in normal] == [f"第{n}条陈述" for n in range(4)]
+    assert any(flush for _, _, flush in memory.turns)
+    state = agent.get_state({"configurable": {"thread_id": "async"}}).values
+    assert not any(is_memory(m) for m in state["messages"])
