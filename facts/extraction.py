@@ -139,7 +139,11 @@ def _arguments(message: Any) -> dict[str, Any]:
         return args
     if message.invalid_tool_calls:
         error = message.invalid_tool_calls[0].get("error") or "not valid JSON"
-        hint = " (cut off: finish_reason=length)" if finish == "length" else ""
+        # llama-cpp-python reports a call cut off by max_tokens as finish_reason
+        # "tool_calls"; the token count tells.
+        used = (message.usage_metadata or {}).get("output_tokens")
+        cut = finish == "length" or (used is not None and used >= settings.MEMORY_LLM_MAX_TOKENS)
+        hint = f" (cut off at {settings.MEMORY_LLM_MAX_TOKENS} tokens: raise MEMORY_LLM_MAX_TOKENS)" if cut else ""
         raise ExtractionError(f"the model's tool call arguments are malformed{hint}: {str(error)[:200]}")
     if isinstance(message.content, str) and message.content.strip():
         try:

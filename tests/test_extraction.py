@@ -116,6 +116,16 @@ def test_a_truncated_tool_call_is_an_extraction_error_not_a_silent_none(openai_s
         extract(ROWS)
 
 
+def test_a_call_cut_off_at_max_tokens_says_so_even_when_the_server_says_tool_calls(
+    openai_stub: OpenAIStub, settings: Any
+) -> None:
+    # llama-cpp-python's server: finish_reason "tool_calls", arguments stop mid-string.
+    settings.MEMORY_LLM_MAX_TOKENS = 40
+    openai_stub.reply_tool_call('{"facts": [{"key": "response_lang', finish_reason="tool_calls", usage=(120, 40))
+    with pytest.raises(ExtractionError, match="cut off"):
+        extract(ROWS)
+
+
 def test_a_reply_without_a_tool_call_is_an_extraction_error(openai_stub: OpenAIStub) -> None:
     openai_stub.reply_text("The user seems to like Python.")
     with pytest.raises(ExtractionError, match="instead of a tool call"):
