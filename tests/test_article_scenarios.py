@@ -90,9 +90,10 @@ class Harness:
         )
 
     def injected(self) -> str:
-        """The memory message of the latest model call."""
+        """The memory message of the latest model call ("" when there was none)."""
         first = self.model.prompts[-1][0]
-        assert (first.additional_kwargs or {}).get("origin") == "memory"
+        if (first.additional_kwargs or {}).get("origin") != "memory":
+            return ""
         return str(first.content)
 
 
@@ -146,9 +147,11 @@ def test_an_explicit_correction_of_a_long_term_habit_replaces_the_old_fact(extra
 
 def test_an_authorization_never_becomes_memory(extractor: ReplayExtractor) -> None:
     h = Harness()
-    h.say("修好这个 bug，验证后可以直接推送。", thread="t1")
+    h.say("我主要做 Python 后端开发。修好这个 bug，验证后可以直接推送。", thread="t1")
     assert not active("push_permission")
+    assert Candidate.objects.get(key="push_permission").reasons == ["transactional"]
     h.say("下一个任务。", thread="t2")
+    assert "Python 后端开发" in h.injected()
     assert "推送" not in h.injected()
 
 
