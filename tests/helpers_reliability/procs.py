@@ -67,6 +67,11 @@ class Env:
         # System checks import every URLconf; the harness only needs the commands.
         return self.run("manage.py", *args, "--skip-checks", timeout=timeout, check=check)
 
+    def django(self, code: str, timeout: float = 120) -> str:
+        """Run `code` in a fresh process with Django set up; returns its stdout."""
+        setup = "import django; django.setup()\n"
+        return self.run("-c", setup + code, timeout=timeout).stdout
+
     def popen(self, *args: str, **kwargs: Any) -> subprocess.Popen[str]:
         return subprocess.Popen([sys.executable, *args], cwd=REPO, env=self.vars, text=True, **kwargs)
 
