@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 # Bump when the schema or the tokenization changes: an index of another version is
 # rebuilt on first use, and its rows count as changed in `drift`.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 4
 INDEX_DIR = ".retrieval"
 INDEX_FILE = "index.sqlite3"
 BUSY_TIMEOUT_MS = 30_000
@@ -73,6 +73,9 @@ CREATE TABLE IF NOT EXISTS cards (
     dl INTEGER NOT NULL,
     sig TEXT NOT NULL
 );
+-- The render reads one bucket's cards, best first (render_context).
+-- Covering, so the listing never touches the wide rows; contents come by id after.
+CREATE INDEX IF NOT EXISTS cards_bucket ON cards (bucket, confidence DESC, id, category, expires_ts);
 -- Document frequency of every term, and the corpus totals: what BM25's IDF and length
 -- normalisation need. FTS5's own bm25() counts every matching row of the whole index
 -- for each query term (2–10 ms for a common word at 100k rows); these make it O(terms).
@@ -572,6 +575,36 @@ def candidates(terms: Sequence[str], buckets: Sequence[str], *, limit: int, now_
         scored.append((fact_id, content, category, confidence, created_at, -total))
     scored.sort(key=lambda row: (row[5], row[0]))
     return scored[:limit]
+
+
+def bucket_cards(buckets: Sequence[str]) -> list[tuple]:
+    """Every indexed card of `buckets`, by confidence (desc) then id: rows of
+    (id, category, confidence, expires_ts), read from a covering index. What the context
+    render lists; it asks for the contents of the few it shows with `contents`."""
+    if not buckets:
+        return []
+    if len(buckets) == 1:
+        sql = "SELECT id, category, confidence, expires_ts FROM cards WHERE bucket = ? ORDER BY confidence DESC, id"
+    else:
+        marks = ", ".join("?" * len(buckets))
+        sql = (
+            f"SELECT id, category, confidence, expires_ts FROM cards WHERE bucket IN ({marks}) "
+            "ORDER BY confidence DESC, id"
+        )
+    rows = _retrying(lambda conn: conn.execute(sql, tuple(buckets)).fetchall())
+    assert isinstance(rows, list)
+    return rows
+
+
+def contents(ids: Sequence[str]) -> dict[str, str]:
+    if not ids:
+        return {}
+    marks = ", ".join("?" * len(ids))
+    rows = _retrying(
+        lambda conn: conn.execute(f"SELECT id, content FROM cards WHERE id IN ({marks})", tuple(ids)).fetchall()
+    )
+    assert isinstance(rows, list)
+    return dict(rows)
 
 
 def count() -> int:

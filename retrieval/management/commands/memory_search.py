@@ -1,0 +1,40 @@
+"""Search one user × agent's memory the way the agents' tool does."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from retrieval.search import memory_search_json, search
+
+
+class Command(BaseCommand):
+    help = "Ranked search of a user × agent's facts (and a project's, with --project)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("query", nargs="+", help="Search words (any text; it is never FTS syntax).")
+        parser.add_argument("--user", required=True)
+        parser.add_argument("--agent", required=True)
+        parser.add_argument("--project", default=None)
+        parser.add_argument("--limit", type=int, default=5)
+        parser.add_argument("--json", action="store_true", help="Print the memory_search tool's JSON answer.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        query = " ".join(options["query"])
+        scope = {"user_id": options["user"], "agent_name": options["agent"], "project_id": options["project"]}
+        if options["json"]:
+            self.stdout.write(memory_search_json(query, limit=options["limit"], **scope))
+            return
+        hits = search(query, limit=options["limit"], **scope)
+        if not hits:
+            self.stdout.write("no matching facts")
+            return
+        for hit in hits:
+            self.stdout.write(
+                f"{hit.score:8.4f}  {hit.id}  [{hit.category}] {hit.content}\n"
+                f"          bm25 {hit.bm25:.4f} × decay {hit.decay:.3f} + 0.2 × confidence {hit.confidence:.2f}"
+                f" ({hit.confidence_part:.3f}); created {hit.created_at:%Y-%m-%d}"
+            )
+        self.stderr.write(json.dumps({"results": len(hits)}))
