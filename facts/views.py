@@ -331,7 +331,7 @@ def fact_detail(request: HttpRequest, fact_id: str) -> HttpResponse:
         "chain": chain_of(row),
         "usage": usage,
         "run": run,
-        "evidence_row": evidence_row(run, row.source_message_id) if run else None,
+        "evidence_row": evidence_row(run, row.source_message_id, row.evidence_text) if run else None,
         "correct_form": CorrectForm(
             initial={"content": row.content, "key": row.key, "category": row.category, "confidence": row.confidence}
         ),
@@ -343,10 +343,15 @@ def fact_detail(request: HttpRequest, fact_id: str) -> HttpResponse:
     return render(request, "facts/detail.html", ctx)
 
 
-def evidence_row(run: ExtractionRun, message_id: str) -> dict[str, Any] | None:
+def evidence_row(run: ExtractionRun, message_id: str, evidence: str) -> dict[str, Any] | None:
+    """The message the evidence was quoted from, split around the quote for <mark>."""
     for item in run.filtered_rows or []:
         if isinstance(item, dict) and str(item.get("id")) == message_id:
-            return item
+            content = str(item.get("content", ""))
+            before, found, after = content.partition(evidence) if evidence else (content, "", "")
+            if not found:
+                before, after = content, ""
+            return {"role": item.get("role", ""), "before": before, "mark": found, "after": after}
     return None
 
 

@@ -15,6 +15,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRedirect
 
 from .access import CURATE
 from .enums import CardStatus
@@ -194,6 +195,12 @@ def dismiss_one(request: HttpRequest, candidate: Candidate, note: str) -> None:
     gate().dismiss_candidate(candidate, actor=actor_of(request), note=note)
 
 
+def to_page(request: HttpRequest, url: str) -> HttpResponse:
+    """Where an action that could not be done sends the reviewer: the candidate's page
+    (with htmx, a full navigation, so the page does not land inside a table row)."""
+    return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
+
+
 def row_response(request: HttpRequest, candidate: Candidate, default: str) -> HttpResponse:
     if request.htmx:
         candidate = candidate_or_404(candidate.pk)
@@ -210,7 +217,7 @@ def candidate_approve(request: HttpRequest, pk: int) -> HttpResponse:
     detail = reverse("candidate_detail", args=[pk])
     if not is_reviewable(candidate):
         messages.error(request, "This candidate was already reviewed.")
-        return redirect(detail)
+        return to_page(request, detail)
     form = ApproveForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Not approved: approving overrides the gate, so write why.")
@@ -222,7 +229,7 @@ def candidate_approve(request: HttpRequest, pk: int) -> HttpResponse:
         fact_id = approve_one(request, candidate, form.cleaned_data["note"].strip(), overrides)
     except (ValueError, RevisionConflict, LockTimeout) as exc:  # ReviewError says which field is wrong
         messages.error(request, f"Not approved: {exc}")
-        return redirect(detail)
+        return to_page(request, detail)
     forget_counts()
     messages.success(
         request, f"Approved{' with corrections' if overrides else ''}: card {fact_id or '(none)'} written."
@@ -238,7 +245,7 @@ def candidate_dismiss(request: HttpRequest, pk: int) -> HttpResponse:
     detail = reverse("candidate_detail", args=[pk])
     if not is_reviewable(candidate):
         messages.error(request, "This candidate was already reviewed.")
-        return redirect(detail)
+        return to_page(request, detail)
     form = DismissForm(request.POST)
     form.is_valid()
     dismiss_one(request, candidate, form.cleaned_data.get("note", ""))

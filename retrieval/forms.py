@@ -29,7 +29,7 @@ class ScopeForm(forms.Form):
 
 class PreviewForm(ScopeForm):
     mode = forms.ChoiceField(
-        choices=[("auto", "auto (profile + facts)"), ("tool", "tool (profile only)")], initial="auto"
+        required=False, choices=[("auto", "auto (profile + facts)"), ("tool", "tool (profile only)")], initial="auto"
     )
     budget = forms.IntegerField(required=False, min_value=0, max_value=100_000)
     correction_budget = forms.IntegerField(required=False, min_value=0, max_value=100_000)

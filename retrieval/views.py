@@ -77,6 +77,10 @@ def context_preview(request: HttpRequest) -> HttpResponse:
         ctx["settings_form"] = AgentSettingsForm(initial={"agent": data["agent"], **used})
         try:
             ctx.update(preview_context(data))
+            rendered = ctx["rendered"]
+            # The limits the renderer actually applied (it clamps and fills in defaults).
+            if getattr(rendered, "budget", 0):
+                ctx["used"] = {k: getattr(rendered, k) for k in ("budget", "correction_budget", "top_n")}
         except ImportError:
             ctx["unavailable"] = "The context renderer (retrieval.render) is not installed yet."
         except InvalidId as exc:

@@ -55,7 +55,7 @@ def browser() -> Iterator[Any]:
 def page(browser: Any, live_server: Any) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1280, "height": 900}, base_url=live_server.url)
     page = context.new_page()
-    page.set_default_timeout(15_000)
+    page.set_default_timeout(30_000)
     yield page
     context.close()
 
