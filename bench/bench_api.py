@@ -3,9 +3,10 @@
     .venv/bin/python bench/bench_api.py [--seconds 15] [--concurrency 8] [--workers 2]
 
 Starts gunicorn (2 workers × 4 threads, as `make run`) on a free port against a
-throwaway copy of the 100,000-card corpus database (bench/corpus.py), its memory
-files read-only (nothing here writes cards: no extraction worker runs), and a
-throwaway rate-limit file. Then, each phase bounded by time *and* request count:
+throwaway copy of the 100,000-card corpus (bench/corpus.py): a copy of its database
+and of its search index, in a temporary MEMORY_ROOT whose card folders link to the
+corpus's (read only: no extraction worker runs, so nothing writes cards). Then, each
+phase bounded by time *and* request count:
 
 - ``POST /api/v1/turns``: turns accepted per second (each a new thread of 2 messages);
 - ``GET /api/v1/context``: p50 / p99 latency over random users of the corpus, plus
@@ -19,7 +20,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
 import random
 import shutil
 import socket
@@ -144,11 +144,20 @@ def main() -> None:
     try:
         (tmp / "var").mkdir()
         copy_db(corpus / "var" / "db.sqlite3", tmp / "var" / "db.sqlite3")
+        # A throwaway MEMORY_ROOT: the corpus's card folders linked (nothing here writes
+        # cards), its index copied, and the API's rate-limit and lock files of our own.
+        root = tmp / "memory"
+        (root / ".retrieval").mkdir(parents=True)
+        for name in ("users", "projects"):
+            if (corpus / "memory" / name).exists():
+                (root / name).symlink_to(corpus / "memory" / name)
+        for index_file in (corpus / "memory" / ".retrieval").glob("*.sqlite3"):
+            copy_db(index_file, root / ".retrieval" / index_file.name)
         env = {
             **django_env(corpus),
+            "MEMORY_ROOT": str(root),
             "VAR_DIR": str(tmp / "var"),
             "DATABASE_URL": f"sqlite:///{tmp / 'var' / 'db.sqlite3'}",
-            "API_RATE_LIMIT_DB": str(tmp / "ratelimit.sqlite3"),
             "DEBUG": "0",
             "LOG_LEVEL": "WARNING",
         }
@@ -195,7 +204,14 @@ def main() -> None:
                 user, agent = f"user{rng.randrange(1000):04d}", rng.choice(AGENTS)
             return "GET", f"/api/v1/context?user_id={user}&agent_name={agent}", None
 
-        # Warm both workers (imports, tokenizer, jieba) before measuring.
+        # Warm both workers (imports, tokenizer, jieba; an index built by an older schema
+        # is rebuilt from the files on first use) before measuring.
+        probe = http.client.HTTPConnection(HOST, port, timeout=900)
+        probe.request(
+            "GET", "/api/v1/context?user_id=user0001&agent_name=coder", headers={"Authorization": f"Bearer {key}"}
+        )
+        probe.getresponse().read()
+        probe.close()
         Load(port, key, 10, 40, 4).run(context)
         Load(port, key, 10, 40, 4).run(turn)
 
@@ -225,7 +241,6 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
         shutil.rmtree(tmp, ignore_errors=True)
-        os.environ.pop("API_RATE_LIMIT_DB", None)
 
 
 if __name__ == "__main__":
