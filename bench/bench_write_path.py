@@ -4,9 +4,10 @@
 
 Runs in a throwaway MEMORY_ROOT and SQLite database. Each run is one replayed turn
 (system prompt, injected memory, user message, tool call, tool result, greeting,
-assistant reply) whose model output has `--per-run` candidates: ~80 % accepted (new
-keys and key replacements), the rest rejected for thread scope, transactional,
-low confidence, missing evidence, duplicates or invalid values. Every card file is
+assistant reply) whose model output has `--per-run` candidates: ~60 % accepted (new
+keys, and one in ten of those a new value for an existing key), the rest rejected for
+thread scope, transactional, low confidence, missing evidence, duplicates or invalid
+values. Every card file is
 written atomically and fsynced; the search index listener is registered as in
 production. Targets on the 2-core machine: ≥ 1,000 candidates/s, peak RSS ≤ 400 MB.
 """
@@ -31,7 +32,9 @@ def candidate(i: int, run: int, rng: random.Random) -> tuple[dict, str]:
     """A candidate and the sentence of the user message that is its evidence."""
     sentence = f"事实 {run}-{i}：我在项目 P{i % 7} 里负责模块 M{run}{i}，偏好方案 {rng.randrange(10**6)}。"
     data = {
-        "key": f"attribute_{run % 50}_{i}",
+        # One accepted candidate in ten gives a new value to a key of the same bucket
+        # (40 runs earlier: same user and agent), so its old card is superseded.
+        "key": f"attribute_{run % 40 if i % 10 == 9 else run}_{i}",
         "content": f"用户在项目 P{i % 7} 里负责模块 M{run}{i}。",
         "category": rng.choice(["preference", "context", "goal", "correction"]),
         "scope": "user",
