@@ -124,6 +124,10 @@ def check_calls(calls: list[Call]) -> list[str]:
             problems.append(f"{call.conversation}: the extraction failed without a recorded error")
         elif call.outcome not in ("update", "error", "skipped"):
             problems.append(f"{call.conversation}: unknown outcome {call.outcome!r}")
+    # Recorded errors are fine one by one; all of them means the chain was never proven
+    # (wrong method for the server, server down, max_tokens too small for any answer).
+    if any(c.called_model for c in calls) and not any(c.outcome == "update" for c in calls):
+        problems.append("no model call returned a validated update: the real chain was not exercised")
     return problems
 
 
@@ -273,5 +277,8 @@ def render(
         lines.append(f"FAILED: {len(problems)} problem(s)")
         lines += [f"  - {problem}" for problem in problems]
     else:
-        lines.append("PASSED: every call ended in an update or a recorded error; every stored memory quotes the user")
+        lines.append(
+            "PASSED: every call ended in a validated update or a recorded error; "
+            "every stored memory quotes the user; every run and candidate is in the review queue"
+        )
     return "\n".join(lines)

@@ -81,8 +81,15 @@ def test_it_fails_a_card_stored_without_evidence() -> None:
 def test_it_accepts_updates_errors_and_skips_but_not_crashes_or_silent_nones() -> None:
     fine = [Call("a", "update", 1.0), Call("b", "error", 2.0, error="ExtractionError: truncated"), Call("c", "skipped")]
     assert check_calls(fine) == []
-    problems = check_calls([Call("d", "crash", error="KeyError: 'x'"), Call("e", "none"), Call("f", "error")])
+    problems = check_calls(
+        [Call("d", "crash", error="KeyError: 'x'"), Call("e", "none"), Call("f", "error"), Call("g", "update")]
+    )
     assert [p.split(":")[0] for p in problems] == ["d", "e", "f"]
+
+
+def test_it_fails_a_run_where_no_call_returned_an_update() -> None:
+    [problem] = check_calls([Call("a", "error", 2.3, error="HTTP 500"), Call("b", "skipped")])
+    assert "no model call returned a validated update" in problem
 
 
 def test_it_counts_calls_latency_and_rejections_by_every_reason() -> None:
@@ -184,7 +191,8 @@ def run(conversation: dict[str, Any]) -> tuple[Call, list[CandidateRow], list[St
     call = run_conversation(conversation)
     candidates, stored = collect_candidates(), collect_stored()
     threads = {conversation["thread_id"]: as_messages(conversation)}
-    problems = check_calls([call]) + check_evidence(stored, threads) + queue_problems(candidates, list(call.run_ids))
+    problems = check_calls([call, Call("earlier", "update")]) + check_evidence(stored, threads)
+    problems += queue_problems(candidates, list(call.run_ids))
     return call, candidates, stored, problems
 
 
