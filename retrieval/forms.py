@@ -34,6 +34,7 @@ class PreviewForm(ScopeForm):
     budget = forms.IntegerField(required=False, min_value=0, max_value=100_000)
     correction_budget = forms.IntegerField(required=False, min_value=0, max_value=100_000)
     top_n = forms.IntegerField(required=False, min_value=0, max_value=10_000)
+    all_excluded = forms.BooleanField(required=False, widget=forms.HiddenInput)
 
 
 class AgentSettingsForm(forms.Form):

@@ -38,8 +38,12 @@ class Listed:
     reason_text: str = ""
 
 
+EXCLUDED_SHOWN = 200
+
+
 def cards_by_id(ids: list[str]) -> dict[str, FactCard]:
-    return {row.id: row for row in FactCard.objects.filter(id__in=ids)}
+    rows = FactCard.objects.filter(id__in=ids).only("id", "content", "category", "confidence")
+    return {row.id: row for row in rows}
 
 
 def preview_context(data: dict[str, Any]) -> dict[str, Any]:
@@ -54,11 +58,19 @@ def preview_context(data: dict[str, Any]) -> dict[str, Any]:
         **{k: v for k, v in budgets.items() if v is not None},
     )
     excluded = list(rendered.excluded)
-    rows = cards_by_id(list(rendered.included) + [fact_id for fact_id, _ in excluded])
+    # An agent with a thousand facts leaves most of them out: list the first ones (all on
+    # request) and count every one by reason, so the page stays fast.
+    shown = excluded if data.get("all_excluded") else excluded[:EXCLUDED_SHOWN]
+    rows = cards_by_id(list(rendered.included) + [fact_id for fact_id, _ in shown])
+    by_reason: dict[str, int] = {}
+    for _, reason in excluded:
+        by_reason[reason] = by_reason.get(reason, 0) + 1
     return {
         "rendered": rendered,
         "included": [Listed(i, rows.get(i)) for i in rendered.included],
-        "excluded": [Listed(i, rows.get(i), r, EXCLUDED_REASONS.get(r, r)) for i, r in excluded],
+        "excluded": [Listed(i, rows.get(i), r, EXCLUDED_REASONS.get(r, r)) for i, r in shown],
+        "excluded_total": len(excluded),
+        "excluded_by_reason": sorted(by_reason.items(), key=lambda item: -item[1]),
         "sections": dict(getattr(rendered, "sections", {}) or {}),
     }
 

@@ -211,7 +211,23 @@ def test_the_preview_shows_the_exact_text_tokens_and_excluded_facts(viewer_clien
     rendered = response.context["rendered"]
     assert rendered.tokens <= 300
     assert response.context["excluded"] and all(x.reason for x in response.context["excluded"])
+    assert response.context["excluded_total"] == len(rendered.excluded)
     assert b"cut line" in response.content
+
+
+@needs_render
+def test_a_long_excluded_list_is_capped_unless_asked_for(viewer_client: Client, make_card, monkeypatch) -> None:
+    from retrieval import views
+
+    monkeypatch.setattr(views, "EXCLUDED_SHOWN", 3)
+    for n in range(10):
+        save_card(make_card(content=f"Fact {n}: " + "long words " * 20), actor="t")
+    query = {"user": "alice", "agent": "coder", "budget": 120}
+    response = viewer_client.get("/preview/", query)
+    assert len(response.context["excluded"]) == 3 and response.context["excluded_total"] > 3
+    assert b"list all" in response.content
+    everything = viewer_client.get("/preview/", {**query, "all_excluded": "on"})
+    assert len(everything.context["excluded"]) == everything.context["excluded_total"]
 
 
 @needs_render
