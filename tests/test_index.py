@@ -1,0 +1,189 @@
+"""The FTS5 index follows the single write function and is rebuildable from the files."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from facts.enums import CardStatus
+from facts.store import Bucket, Store
+from facts.writer import delete_card, save_card, update_card
+from memoryadmin import rebuild
+from retrieval import index
+from retrieval.search import search
+from tests.conftest import FIXED_NOW
+
+pytestmark = pytest.mark.django_db
+
+
+def _rows() -> list[tuple]:
+    conn = index.connection()
+    cards = conn.execute(f"SELECT {index._COLUMNS} FROM cards ORDER BY id").fetchall()
+    df = conn.execute("SELECT term, n FROM df ORDER BY term").fetchall()
+    stats = conn.execute("SELECT name, value FROM stats ORDER BY name").fetchall()
+    return [cards, df, stats]
+
+
+def _ids() -> set[str]:
+    return {row[0] for row in index.connection().execute("SELECT id FROM cards")}
+
+
+def _found(query: str, **scope: str) -> list[str]:
+    return [hit.id for hit in search(query, now=FIXED_NOW, **{"user_id": "alice", "agent_name": "coder", **scope})]
+
+
+def test_it_indexes_a_card_when_it_is_written(make_card) -> None:
+    card = save_card(make_card(content="用户偏好用中文解释技术问题"), actor="t")
+    assert _ids() == {card.id}
+    assert _found("中文") == [card.id]
+
+
+def test_it_updates_a_changed_card_in_place(make_card) -> None:
+    card = save_card(make_card(content="User prefers tabs"), actor="t")
+    update_card(Bucket.of(card), card.id, lambda c: c.model_copy(update={"content": "User prefers spaces"}), actor="t")
+    assert _found("tabs") == []
+    assert _found("spaces") == [card.id]
+    assert len(_ids()) == 1
+
+
+def test_expired_superseded_and_deleted_cards_leave_the_index(make_card) -> None:
+    expired = save_card(make_card(content="old expired fact"), actor="t")
+    superseded = save_card(make_card(content="old superseded fact"), actor="t")
+    deleted = save_card(make_card(content="old deleted fact"), actor="t")
+    kept = save_card(make_card(content="old kept fact"), actor="t")
+    save_card(expired.model_copy(update={"status": CardStatus.EXPIRED}), actor="t")
+    save_card(superseded.model_copy(update={"status": CardStatus.SUPERSEDED, "superseded_by": kept.id}), actor="t")
+    delete_card(deleted, actor="t")
+    assert _ids() == {kept.id}
+    assert _found("old fact") == [kept.id]
+
+
+def test_a_card_past_its_expiry_date_is_never_found(make_card) -> None:
+    card = save_card(make_card(content="temporary fact", expires_at=FIXED_NOW + timedelta(days=1)), actor="t")
+    assert _found("temporary") == [card.id]
+    assert search("temporary", user_id="alice", agent_name="coder", now=FIXED_NOW + timedelta(days=2)) == []
+
+
+def _history(make_card) -> None:
+    a = save_card(make_card(content="User prefers concise answers"), actor="t")
+    b = save_card(make_card(content="用户正在学习 Rust 语言", user_id="bob"), actor="t")
+    c = save_card(
+        make_card(content="Project uses PostgreSQL 16", user_id=None, agent_name=None, project_id="p1"), actor="t"
+    )
+    save_card(make_card(content="User dislikes long meetings", agent_name="writer"), actor="t")
+    update_card(
+        Bucket.of(a), a.id, lambda x: x.model_copy(update={"content": "User prefers very concise answers"}), actor="t"
+    )
+    save_card(b.model_copy(update={"status": CardStatus.EXPIRED}), actor="t")
+    delete_card(c, actor="t")
+    save_card(make_card(content="Project uses Django 5.2", user_id=None, agent_name=None, project_id="p1"), actor="t")
+
+
+def test_a_rebuild_from_the_files_equals_the_incremental_index(make_card) -> None:
+    _history(make_card)
+    incremental = _rows()
+    assert incremental[0], "the history left cards in the index"
+    index.connection().execute("DELETE FROM cards")
+    call_command("reindex", "--no-progress", stdout=StringIO())
+    assert _rows() == incremental
+
+
+def test_a_deleted_index_file_is_rebuilt_on_first_use(make_card) -> None:
+    card = save_card(make_card(content="User prefers dark mode"), actor="t")
+    index.reset()
+    path = index.index_path()
+    for suffix in ("", "-wal", "-shm"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+    assert _found("dark mode") == [card.id]
+    assert path.exists()
+
+
+def test_a_corrupt_index_file_is_rebuilt_on_first_use(make_card) -> None:
+    card = save_card(make_card(content="User prefers light mode"), actor="t")
+    index.reset()
+    path = index.index_path()
+    for suffix in ("-wal", "-shm"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+    path.write_bytes(b"this is not a database" * 100)
+    assert _found("light mode") == [card.id]
+
+
+def test_an_index_corrupted_under_an_open_connection_is_rebuilt(make_card) -> None:
+    card = save_card(make_card(content="User prefers vim"), actor="t")
+    index.connection().execute("DROP TABLE cards")
+    assert _found("vim") == [card.id]
+
+
+def test_the_connection_is_reused_within_a_thread(make_card) -> None:
+    save_card(make_card(), actor="t")
+    assert index.connection() is index.connection()
+
+
+def test_a_failing_index_update_never_fails_the_write(make_card, monkeypatch, caplog) -> None:
+    def broken(*args, **kwargs):
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(index, "_apply", broken)
+    card = save_card(make_card(content="User prefers emacs"), actor="t")
+    assert card.revision == 1
+    assert "search index update failed" in caplog.text
+
+
+def test_updates_and_searches_use_indexed_lookups(make_card) -> None:
+    save_card(make_card(), actor="t")
+    conn = index.connection()
+    plan = " ".join(str(r) for r in conn.execute("EXPLAIN QUERY PLAN SELECT rid FROM cards WHERE id = ?", ("x",)))
+    assert "USING INDEX" in plan or "USING COVERING INDEX" in plan
+    assert index._match(["rust"], ["u\x1falice\x1fcoder"]).startswith('scope : ("s')
+
+
+def _check() -> tuple[int, dict]:
+    out = StringIO()
+    try:
+        call_command("reindex", "--check", "--json", stdout=out)
+        code = 0
+    except CommandError as exc:
+        code = exc.returncode
+    return code, json.loads(out.getvalue())
+
+
+def test_reindex_check_reports_index_drift(make_card, store: Store) -> None:
+    missing = save_card(make_card(content="missing from the index"), actor="t")
+    changed = save_card(make_card(content="changed by hand"), actor="t")
+    save_card(make_card(content="in step"), actor="t")
+    conn = index.connection()
+    conn.execute("DELETE FROM cards WHERE id = ?", (missing.id,))
+    conn.execute("UPDATE cards SET sig = 'x' WHERE id = ?", (changed.id,))
+    conn.execute(
+        f"INSERT INTO cards ({index._COLUMNS}) VALUES ({', '.join('?' * 15)})", ("fact_aaaaaaaaaaaa", *(["x"] * 14))
+    )
+    code, report = _check()
+    assert code == 1
+    assert report["index"] == {"missing": [missing.id], "extra": ["fact_aaaaaaaaaaaa"], "changed": [changed.id]}
+    assert report["mirror"] == {"missing": [], "extra": [], "changed": []}
+    call_command("reindex", "--no-progress", stdout=StringIO())
+    code, report = _check()
+    assert code == 0 and report["index"] == {"missing": [], "extra": [], "changed": []}
+
+
+def test_reindex_check_reports_a_missing_index_without_building_it(make_card) -> None:
+    card = save_card(make_card(), actor="t")
+    index.reset()
+    index.index_path().unlink()
+    report = rebuild.check()
+    assert report.parts["index"].missing == [card.id]
+    assert not index.index_path().exists()
+
+
+def test_reindex_reports_how_many_cards_it_indexed(make_card) -> None:
+    for _ in range(3):
+        save_card(make_card(), actor="t")
+    out = StringIO()
+    call_command("reindex", "--json", stdout=out)
+    assert json.loads(out.getvalue())["indexed"] == 3
