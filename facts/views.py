@@ -172,12 +172,10 @@ def forget_counts() -> None:
 
 
 def open_candidates() -> QuerySet[Candidate]:
-    """What waits for a reviewer: rejected and not yet reviewed, or accepted and held in
-    manual review mode."""
-    return Candidate.objects.filter(
-        Q(verdict=Candidate.Verdict.REJECTED, review_state=Candidate.ReviewState.NONE)
-        | Q(review_state=Candidate.ReviewState.PENDING)
-    )
+    """What waits for a reviewer. The gate marks these `pending`: rejections (except pure
+    duplicates of what is stored, which need nobody) and, in manual review mode, the
+    accepted candidates held back from memory."""
+    return Candidate.objects.filter(review_state=Candidate.ReviewState.PENDING)
 
 
 # --- facts list -------------------------------------------------------------------------

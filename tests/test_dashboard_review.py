@@ -177,3 +177,10 @@ def test_the_nav_badge_counts_open_candidates(viewer_client: Client, make_candid
     make_candidate()
     make_candidate(key="x")
     assert b">2</span>" in viewer_client.get("/review/badge/").content
+
+
+def test_a_pure_duplicate_needs_nobody_and_stays_out_of_the_queue(viewer_client: Client, make_candidate) -> None:
+    make_candidate(content="Said again.", reasons=["duplicate"], review_state=Candidate.ReviewState.NONE)
+    assert b"Said again." not in viewer_client.get("/review/").content
+    assert b"Said again." in viewer_client.get("/review/", {"state": "all"}).content
+    assert viewer_client.get("/").context["counts"]["to review"] == 0
