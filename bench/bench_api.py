@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import random
 import shutil
 import socket
@@ -142,7 +143,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-api-"))
     proc: subprocess.Popen | None = None
     try:
-        (tmp / "var").mkdir()
+        (tmp / "var" / "staticfiles").mkdir(parents=True)
         copy_db(corpus / "var" / "db.sqlite3", tmp / "var" / "db.sqlite3")
         # A throwaway MEMORY_ROOT: the corpus's card folders linked (nothing here writes
         # cards), its index copied, and the API's rate-limit and lock files of our own.
@@ -220,7 +221,12 @@ def main() -> None:
         accepted = turns.statuses.get(202, 0)
         ctx = Load(port, key, args.seconds, MAX_REQUESTS, args.concurrency)
         ctx_elapsed = ctx.run(context)
-        ok = [lat for lat in ctx.latencies]
+        ok = list(ctx.latencies)
+        # The same requests one at a time: the server's own latency, without queueing
+        # behind the other client threads on a shared two-core machine.
+        single = Load(port, key, min(args.seconds, 10.0), 2000, 1)
+        single.run(context)
+        load1, _, _ = os.getloadavg()
 
         print(f"api: gunicorn {args.workers} workers × 4 threads, {args.concurrency} client threads, 127.0.0.1")
         print(
@@ -233,6 +239,11 @@ def main() -> None:
             f"p50 {statistics.median(ok) * 1000:.1f} ms, p99 {percentile(ok, 0.99) * 1000:.1f} ms "
             f"(statuses {ctx.statuses}; 101,000-card corpus)  target p99 ≤ 50 ms"
         )
+        print(
+            f"api: GET /context one client: {len(single.latencies)} requests, "
+            f"p50 {statistics.median(single.latencies) * 1000:.1f} ms, p99 {percentile(single.latencies, 0.99) * 1000:.1f} ms"
+        )
+        print(f"api: load average during the run {load1:.1f} on {os.cpu_count()} cores (other processes included)")
     finally:
         if proc is not None:
             proc.terminate()
