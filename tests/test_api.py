@@ -432,3 +432,12 @@ def test_an_unexpected_failure_answers_json_500(agent: Client, monkeypatch: pyte
     response = post(agent, "/api/v1/turns", turn_body())
     assert response.status_code == 500
     assert error_of(response)["code"] == "internal_error"
+
+
+@pytest.mark.urls("memoryadmin.urls")
+def test_the_project_urls_mount_the_api_under_api_v1() -> None:
+    from django.urls import resolve
+
+    assert resolve("/api/v1/turns").func.__name__ == "turns"
+    assert resolve("/api/v1/context").func.__name__ == "context"
+    assert resolve("/api/v1/openapi.json").func.__name__ == "openapi"
