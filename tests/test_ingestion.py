@@ -250,3 +250,11 @@ class _Null:
 
     def flush(self) -> None:
         pass
+
+
+def test_a_confidence_of_1_2_from_the_model_invalidates_only_that_candidate(openai_stub: OpenAIStub) -> None:
+    openai_stub.reply_tool_call({"facts": [fact(key="too_sure", confidence=1.2), fact()]})
+    record_turn(**THREAD, messages=turn(), flush=True)
+    bad, good = Candidate.objects.order_by("position")
+    assert (bad.verdict, bad.reasons, bad.raw["confidence"]) == ("rejected", ["invalid"], 1.2)
+    assert good.verdict == "accepted" and FactCard.objects.get().id == good.fact_id
