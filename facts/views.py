@@ -44,7 +44,8 @@ from .models import AuditEvent, Candidate, ExtractionRun, FactCard, FactRevision
 from .store import Bucket, Card, CardParseError, InvalidId, RevisionConflict, check_fact_id, now_utc, parse_card
 
 PAGE_SIZE = 50
-COUNTS_CACHE_SECONDS = 300
+# Bounds staleness after changes that leave no trace in the fingerprint (a CLI reindex).
+COUNTS_CACHE_SECONDS = 60
 
 # --- small helpers shared by the dashboard views ------------------------------------
 
@@ -164,11 +165,6 @@ def overview_counts() -> dict[str, int]:
     }
     cache.set(key, counts, COUNTS_CACHE_SECONDS)
     return counts
-
-
-def forget_counts() -> None:
-    """Kept for the actions' sake: the versioned key already makes their change visible."""
-    return None
 
 
 def open_candidates() -> QuerySet[Candidate]:
@@ -381,7 +377,6 @@ def apply_change(
         revision=card.revision,
         **details,
     )
-    forget_counts()
     messages.success(request, done)
     response = redirect("fact_detail", fact_id=row.id)
     return changed(response)
@@ -543,7 +538,6 @@ def erase(request: HttpRequest, rows: Iterable[FactCard], *, reason: str) -> int
     FactRevision.objects.filter(fact_id__in=ids).delete()
     # A mirror row without a file (drift) goes too.
     FactCard.objects.filter(id__in=ids).delete()
-    forget_counts()
     return max(len(result.deleted), len(ids))
 
 
@@ -728,6 +722,5 @@ def resolve_conflict(request: HttpRequest) -> HttpResponse:
         reason=reason,
         superseded=[r.id for r in others],
     )
-    forget_counts()
     messages.success(request, f"Kept {keep.id}; {len(puts)} card(s) superseded.")
     return changed(redirect("conflicts"))

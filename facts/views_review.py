@@ -22,7 +22,7 @@ from .enums import CardStatus
 from .forms import ApproveForm, BulkForm, CandidateFilters, DismissForm, day_end, day_start
 from .models import Candidate, FactCard
 from .store import LockTimeout, RevisionConflict
-from .views import actor_of, changed, forget_counts, open_candidates, page_of, query_without_page
+from .views import actor_of, changed, open_candidates, page_of, query_without_page
 
 BULK_LIMIT = 500
 
@@ -230,7 +230,6 @@ def candidate_approve(request: HttpRequest, pk: int) -> HttpResponse:
     except (ValueError, RevisionConflict, LockTimeout) as exc:  # ReviewError says which field is wrong
         messages.error(request, f"Not approved: {exc}")
         return to_page(request, detail)
-    forget_counts()
     messages.success(
         request, f"Approved{' with corrections' if overrides else ''}: card {fact_id or '(none)'} written."
     )
@@ -249,7 +248,6 @@ def candidate_dismiss(request: HttpRequest, pk: int) -> HttpResponse:
     form = DismissForm(request.POST)
     form.is_valid()
     dismiss_one(request, candidate, form.cleaned_data.get("note", ""))
-    forget_counts()
     messages.success(request, "Dismissed.")
     return row_response(request, candidate, detail)
 
@@ -295,7 +293,6 @@ def bulk_review(request: HttpRequest) -> HttpResponse:
             done += 1
         except (ValueError, RevisionConflict, LockTimeout):
             failed += 1
-    forget_counts()
     messages.success(
         request, f"{data['action'].capitalize()}d {done} candidate(s)" + (f"; {failed} failed" if failed else "") + "."
     )
