@@ -175,3 +175,11 @@ def test_an_unreachable_server_is_an_extraction_error(settings: Any) -> None:
     settings.MEMORY_LLM_API_KEY = "x"
     with pytest.raises(ExtractionError, match="could not reach"):
         extract(ROWS)
+
+
+def test_the_json_schema_method_is_validated_per_candidate_too(openai_stub: OpenAIStub, settings: Any) -> None:
+    settings.MEMORY_LLM_METHOD = "json_schema"
+    openai_stub.reply_text(json.dumps({"facts": [fact(confidence=1.2, key="bad"), fact()]}))
+    bad, good = extract(ROWS).parsed
+    assert not bad.valid and good.valid
+    assert openai_stub.requests[0]["response_format"]["type"] == "json_schema"
