@@ -25,6 +25,7 @@ from .store import LockTimeout, RevisionConflict
 from .views import actor_of, changed, open_candidates, page_of, query_without_page
 
 BULK_LIMIT = 500
+PAST = {"approve": "Approved", "dismiss": "Dismissed"}
 
 
 def with_reason(rows: QuerySet[Candidate], code: str) -> QuerySet[Candidate]:
@@ -294,7 +295,7 @@ def bulk_review(request: HttpRequest) -> HttpResponse:
         except (ValueError, RevisionConflict, LockTimeout):
             failed += 1
     messages.success(
-        request, f"{data['action'].capitalize()}d {done} candidate(s)" + (f"; {failed} failed" if failed else "") + "."
+        request, f"{PAST[data['action']]} {done} candidate(s)" + (f"; {failed} failed" if failed else "") + "."
     )
     response = redirect(
         reverse("review_queue")

@@ -183,3 +183,29 @@ def test_search_playground_and_audit_pages_render(page: Any, make_card: Any) -> 
         page.goto(path)
         page.wait_for_selector("h1")
         shot(page, name)
+
+
+def test_edit_a_profile_section_and_see_its_history(page: Any) -> None:
+    login(page)
+    page.goto("/profiles/?user=alice")
+    page.fill("#section-topOfMind textarea", "Learning context engineering for agents.")
+    page.fill("#section-topOfMind input[name='topOfMind-reason']", "from the call")
+    page.click("#section-topOfMind button[type=submit]")
+    page.wait_for_selector("text=topOfMind saved")
+    assert "+Learning context engineering for agents." in page.inner_text("pre.diff")
+    shot(page, "18-profile-edited")
+
+
+def test_bulk_dismiss_shows_the_dry_run_first(page: Any, make_candidate: Any) -> None:
+    for n in range(3):
+        make_candidate(content=f"Only for this thread {n}.", key=f"t{n}", reasons=["scope_thread"])
+    login(page)
+    page.goto("/review/?reason=scope_thread")
+    page.click("text=dismiss all matching…")
+    page.wait_for_selector(".dry-run")
+    assert "Dry run: 3 candidate(s)" in page.inner_text(".dry-run")
+    shot(page, "19-bulk-dry-run")
+    page.click("text=Dismiss 3 candidate(s)")
+    page.wait_for_selector("text=Dismissed 3 candidate(s).")
+    assert "Nothing waits for review" in page.inner_text("#candidate-rows")
+    shot(page, "20-bulk-done")
