@@ -407,6 +407,7 @@ class Bucket:
 
 _locks: dict[str, FileLock] = {}
 _locks_guard = threading.Lock()
+_thread_locks: dict[str, threading.RLock] = {}
 
 
 class Store:
@@ -443,10 +444,16 @@ class Store:
     def lock(self, *buckets: Bucket) -> Iterator[None]:
         """Cross-process locks of the given users/projects, taken in a fixed order."""
         names = sorted({bucket.lock_name for bucket in buckets})
-        held: list[FileLock] = []
+        held: list[FileLock | threading.RLock] = []
         try:
             for name in names:
-                lock = self._lock_for(name)
+                # The file lock is shared by the threads of a process (a second thread
+                # would just bump its counter), so threads first take a per-name RLock:
+                # reentrant for nested locking in one thread, exclusive between threads.
+                lock, guard = self._lock_for(name), self._thread_lock_for(name)
+                if not guard.acquire(timeout=self.lock_timeout):
+                    raise LockTimeout(f"timed out waiting for the lock of {name}")
+                held.append(guard)
                 try:
                     lock.acquire(timeout=self.lock_timeout)
                 except Timeout:
@@ -484,6 +491,14 @@ class Store:
             yield
         finally:
             os.close(fd)  # closing the descriptor releases the lock
+
+    def _thread_lock_for(self, name: str) -> threading.RLock:
+        key = str(self.root / ".locks" / f"{name}.lock")
+        with _locks_guard:
+            guard = _thread_locks.get(key)
+            if guard is None:
+                guard = _thread_locks[key] = threading.RLock()
+            return guard
 
     def _lock_for(self, name: str) -> FileLock:
         path = self.root / ".locks" / f"{name}.lock"
