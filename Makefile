@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 export DJANGO_SETTINGS_MODULE := memoryadmin.settings
 
-.PHONY: run test lint bench venv migrate worker browser-deps clean e2e-llm
+.PHONY: run test lint bench venv migrate worker browser-deps clean e2e-llm test-postgres soak
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,21 @@ lint: venv
 
 test: venv browser-deps lint
 	$(VENV)/bin/pytest
+
+# The whole suite again on a throwaway PostgreSQL server (installed from Debian when
+# missing, on 127.0.0.1 on a free port, stopped afterwards).
+test-postgres: venv browser-deps
+	tests/helpers_reliability/postgres.sh $(VENV)/bin/pytest
+
+# The reliability tests with many more kills, increments, jobs and examples
+# (figures appended to test-artifacts/reliability.jsonl).
+soak: venv
+	@mkdir -p test-artifacts
+	CRASH_KILLS=300 CONCURRENCY_INCREMENTS=200 WORKER_JOBS=600 REBUILD_KILLS=60 FUZZ_SCALE=10 \
+	  RELIABILITY_LOG=test-artifacts/reliability.jsonl \
+	  $(VENV)/bin/pytest -q tests/test_crash_writer.py tests/test_crash_rebuild.py \
+	  tests/test_concurrency_writers.py tests/test_concurrency_worker.py tests/test_properties_store.py \
+	  tests/test_fuzz_frontmatter.py tests/test_fuzz_api.py
 
 # Benchmarks print their figures; they are not timed unit tests.
 bench: venv

@@ -83,6 +83,24 @@ class Env:
         return done.returncode, json.loads(done.stdout or "{}")
 
 
+class Checker:
+    """`reindex --check` on demand, from one long-lived process."""
+
+    def __init__(self, env: Env) -> None:
+        self.proc = env.popen(env.helper("checker.py"), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def __call__(self) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("check\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
 def _env_vars(db_url: str, root: Path, var: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env.update(
