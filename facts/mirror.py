@@ -87,6 +87,10 @@ _FM_STRINGLIKE = re.compile(
 _FM_YAML_WORDS = frozenset("y Y yes Yes YES n N no No NO true True TRUE false False FALSE on On ON off Off OFF".split())
 
 
+# Line breaks for YAML that are not "\n" for str.split.
+_FM_BREAKS = re.compile("[\r\x85\u2028\u2029]")
+
+
 class _NotSimple(Exception):
     pass
 
@@ -117,7 +121,7 @@ def _parse_fast(text: str) -> Card | None:
     card that fails validation — returns None and goes through `parse_card`, so the
     result and the error messages are the same as with the full parser.
     """
-    if not text.startswith("---\n"):
+    if not text.startswith("---\n") or _FM_BREAKS.search(text):
         return None
     lines = text[4:].split("\n")
     data: dict[str, Any] = {}

@@ -341,28 +341,26 @@ def _retrying(action: Callable[[sqlite3.Connection], object]) -> object:
 
 
 def _fill(conn: sqlite3.Connection, snap: FileSnapshot, progress: Progress | None = None) -> int:
-    """Replace the whole content of the index by the active cards of `snap`."""
-    rows = []
-    for item in snap.cards.values():
-        card = item.card
-        if card is None or not indexed(card):
-            continue
-        rows.append(row_for(card, getattr(item, "extra", {}).get("terms")))
+    """Replace the whole content of the index by the active cards of `snap`, in one
+    transaction (readers see the old index until it commits)."""
+    items = [item for item in snap.cards.values() if item.card is not None and indexed(item.card)]
+    total = len(items)
     freq: Counter[str] = Counter()
     tokens = 0
-    for row in rows:
-        words = row[_TERMS].split()
-        tokens += len(words)
-        freq.update(set(words))
     conn.execute("PRAGMA cache_size=-65536")
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.execute("DELETE FROM cards")
         conn.execute("INSERT INTO fts(fts) VALUES('delete-all')")
-        total = len(rows)
-        step = 10_000
+        step = 5000
         for start in range(0, total, step):
-            conn.executemany(_INSERT, rows[start : start + step])
+            # Rows are made a chunk at a time: 100k rows at once cost ~100 MB.
+            rows = [row_for(item.card, item.extra.get("terms")) for item in items[start : start + step]]  # type: ignore[arg-type]
+            for row in rows:
+                words = row[_TERMS].split()
+                tokens += len(words)
+                freq.update(set(words))
+            conn.executemany(_INSERT, rows)
             if progress:
                 progress(min(start + step, total), total)
         conn.execute("INSERT INTO fts(fts) VALUES('rebuild')")
@@ -377,7 +375,7 @@ def _fill(conn: sqlite3.Connection, snap: FileSnapshot, progress: Progress | Non
     finally:
         conn.execute("PRAGMA cache_size=-2000")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return len(rows)
+    return total
 
 
 def _forget(conn: sqlite3.Connection, rid: int, scope: str, terms: str) -> None:
