@@ -184,6 +184,14 @@ class UserPick(forms.Form):
     user = forms.CharField(max_length=200)
 
 
+class PageForm(forms.Form):
+    page = forms.IntegerField(required=False, min_value=1)
+
+
+class DeleteForm(OptionalReasonForm):
+    confirm = forms.CharField(max_length=17, label="Type the fact id to confirm")
+
+
 class AuditFilters(forms.Form):
     action = forms.ChoiceField(required=False, choices=ANY + list(AuditEvent.Action.choices))
     actor = forms.CharField(required=False, max_length=150)

@@ -33,6 +33,7 @@ from .access import ADMINISTER, CURATE
 from .enums import CardStatus, Category
 from .forms import (
     CorrectForm,
+    DeleteForm,
     ExpireForm,
     FactFilters,
     ForgetThreadForm,
@@ -548,14 +549,13 @@ def fact_delete(request: HttpRequest, fact_id: str) -> HttpResponse:
     if request.method == "GET":
         row = fact_or_404(fact_id)
         return render(
-            request, "facts/delete.html", {"fact": row, "scope": scope_label(row), "form": OptionalReasonForm()}
+            request, "facts/delete.html", {"fact": row, "scope": scope_label(row), "form": DeleteForm()}
         )
     row = fact_in_scope(request, fact_id)
-    if request.POST.get("confirm") != row.id:
+    form = DeleteForm(request.POST)
+    if not form.is_valid() or form.cleaned_data["confirm"].strip() != row.id:
         messages.error(request, "Type the fact id to confirm the deletion.")
         return redirect("fact_delete", fact_id=row.id)
-    form = OptionalReasonForm(request.POST)
-    form.is_valid()
     reason = form.cleaned_data.get("reason", "")
     erase(request, [row], reason=reason)
     # The audit keeps that it happened and where, never the content.

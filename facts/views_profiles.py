@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 from . import writer
 from .access import CURATE
 from .enums import HISTORY_SECTIONS, PROFILE_SECTIONS, USER_SECTIONS, SourceKind
-from .forms import ProfileSectionForm, UserPick
+from .forms import PageForm, ProfileSectionForm, UserPick
 from .models import AuditEvent, ProfileRevision, ProfileSection
 from .store import InvalidId, Profile, RevisionConflict, Section, SectionSource, get_store, now_utc
 from .views import actor_of, audit, diff_lines, page_of
@@ -70,7 +70,8 @@ def profiles(request: HttpRequest) -> HttpResponse:
     pick = UserPick(request.GET if "user" in request.GET else None)
     if not pick.is_bound or not pick.is_valid():
         users = ProfileSection.objects.values_list("user_id", flat=True).distinct().order_by("user_id")
-        page = page_of(request, users, request.GET.get("page") if str(request.GET.get("page", "")).isdigit() else 1)
+        paging = PageForm(request.GET)
+        page = page_of(request, users, paging.cleaned_data.get("page") if paging.is_valid() else 1)
         return render(request, "facts/profiles.html", {"pick": pick, "page": page})
     user_id = pick.cleaned_data["user"]
     try:

@@ -89,3 +89,13 @@ class GoldenForm(ScopeForm):
             return [check_fact_id(i) for i in ids][:10]
         except InvalidId as exc:
             raise forms.ValidationError(str(exc)) from None
+
+
+class GoldenCheckForm(forms.Form):
+    """Which golden queries to re-check: one (`pk`), an agent's, or (neither) all."""
+
+    pk = forms.IntegerField(required=False, min_value=1)
+    agent = forms.CharField(required=False, max_length=64)
+
+    def clean_agent(self) -> str:
+        return clean_agent(self.cleaned_data.get("agent", ""))

@@ -19,7 +19,7 @@ from facts.models import AuditEvent, FactCard
 from facts.store import InvalidId
 from facts.views import audit
 
-from .forms import AgentSettingsForm, GoldenForm, PreviewForm, SearchForm, settings_of
+from .forms import AgentSettingsForm, GoldenCheckForm, GoldenForm, PreviewForm, SearchForm, settings_of
 from .models import AgentSettings, GoldenQuery
 
 EXCLUDED_REASONS = {
@@ -220,11 +220,15 @@ def golden_save(request: HttpRequest) -> HttpResponse:
 @require_POST
 def golden_check(request: HttpRequest) -> HttpResponse:
     """Re-check one golden query (`pk` in the form) or every golden query of an agent."""
+    form = GoldenCheckForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Nothing checked: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+        return redirect("search_playground")
     rows = GoldenQuery.objects.all()
-    if request.POST.get("pk", "").isdigit():
-        rows = rows.filter(pk=int(request.POST["pk"]))
-    elif request.POST.get("agent"):
-        rows = rows.filter(agent_name=request.POST["agent"])
+    if form.cleaned_data.get("pk"):
+        rows = rows.filter(pk=form.cleaned_data["pk"])
+    elif form.cleaned_data.get("agent"):
+        rows = rows.filter(agent_name=form.cleaned_data["agent"])
     checked = failed = 0
     try:
         for golden in rows[:200]:
