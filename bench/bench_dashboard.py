@@ -64,6 +64,7 @@ def pages(rng: random.Random) -> dict[str, str]:
         "facts list": "/facts/",
         "facts list (filtered)": f"/facts/?user={user}&agent={agent}&status=active",
         "facts list (page 50)": "/facts/?status=active&page=50",
+        "conflicts": "/conflicts/",
         "context preview": f"/preview/?user={user}&agent={agent}&mode=auto",
         "context preview (1,000 facts)": f"/preview/?user={HEAVY_USER}&agent={HEAVY_AGENT}&mode=auto",
     }
