@@ -38,7 +38,7 @@ class Listed:
     reason_text: str = ""
 
 
-EXCLUDED_SHOWN = 200
+EXCLUDED_SHOWN = 100
 
 
 def cards_by_id(ids: list[str]) -> dict[str, FactCard]:
