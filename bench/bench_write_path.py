@@ -58,11 +58,72 @@ def candidate(i: int, run: int, rng: random.Random) -> tuple[dict, str]:
     return data, sentence
 
 
+def warm_up() -> None:
+    """Imports, the index file and the first connection (not measured)."""
+    from facts.ingestion import run_turns_now
+
+    run_turns_now(
+        user_id="warm", agent_name="w", thread_id="w", messages=[{"role": "user", "content": "我用 vim", "id": "w1"}],
+        model_output={"facts": []},
+    )  # fmt: skip
+
+
+def ingest(turns: list[dict]) -> tuple[int, int]:
+    from facts.ingestion import run_turns_now
+
+    total = saved = 0
+    for turn in turns:
+        result = run_turns_now(**turn)
+        total += len(result.candidates)
+        saved += result.saved
+    return total, saved
+
+
+def ingest_in_processes(turns: list[dict], processes: int) -> tuple[int, int, float, float, float]:
+    """Fork workers that split the users (per-user locks never contend); time from a barrier."""
+    import multiprocessing
+
+    from django.db import connections
+
+    connections.close_all()
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(processes + 1)
+    results = context.Queue()
+
+    def child(index: int) -> None:
+        warm_up()
+        mine = [t for t in turns if int(t["user_id"].rsplit("-", 1)[1]) % processes == index]
+        barrier.wait()
+        results.put(ingest(mine))
+        connections.close_all()
+
+    workers = [context.Process(target=child, args=(i,)) for i in range(processes)]
+    for worker in workers:
+        worker.start()
+    barrier.wait()
+    started = time.perf_counter()
+    counts = [results.get() for _ in workers]
+    elapsed = time.perf_counter() - started
+    for worker in workers:
+        worker.join()
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (
+        sum(c[0] for c in counts),
+        sum(c[1] for c in counts),
+        elapsed,
+        usage.ru_utime + usage.ru_stime,  # includes the warm-up of each child
+        usage.ru_maxrss / 1024,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--candidates", type=int, default=10_000)
     parser.add_argument("--per-run", type=int, default=25)
     parser.add_argument("--users", type=int, default=20)
+    parser.add_argument(
+        "--processes", type=int, default=1, help="worker processes (users split between them, as several db_workers)"
+    )
     args = parser.parse_args()
 
     workdir = Path(
@@ -80,7 +141,6 @@ def main() -> None:
     call_command("migrate", verbosity=0)
 
     from facts import hooks
-    from facts.ingestion import run_turns_now
     from facts.models import Candidate, FactCard
 
     try:
@@ -127,28 +187,24 @@ def main() -> None:
                 }
             )
         listeners = len(hooks._card_listeners)
-        # Warm up imports and the index (not measured).
-        run_turns_now(
-            user_id="warm", agent_name="w", thread_id="w", messages=[{"role": "user", "content": "我用 vim", "id": "w1"}],
-            model_output={"facts": []},
-        )  # fmt: skip
-        started = time.perf_counter()
-        cpu_started = time.process_time()
-        total = saved = 0
-        for turn in turns:
-            result = run_turns_now(**turn)
-            total += len(result.candidates)
-            saved += result.saved
-        elapsed = time.perf_counter() - started
-        cpu = time.process_time() - cpu_started
-        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        if args.processes <= 1:
+            warm_up()
+            started = time.perf_counter()
+            cpu_started = time.process_time()
+            total, saved = ingest(turns)
+            elapsed = time.perf_counter() - started
+            cpu = time.process_time() - cpu_started
+            rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        else:
+            total, saved, elapsed, cpu, rss_mb = ingest_in_processes(turns, args.processes)
         accepted = Candidate.objects.filter(verdict="accepted").count()
         reasons: dict[str, int] = {}
         for codes in Candidate.objects.values_list("reasons", flat=True):
             for code in codes:
                 reasons[code] = reasons.get(code, 0) + 1
         print(
-            f"runs: {len(turns)} × {args.per_run} candidates, {args.users} users × 2 agents, index listeners: {listeners}"
+            f"runs: {len(turns)} × {args.per_run} candidates, {args.users} users × 2 agents, "
+            f"index listeners: {listeners}, processes: {args.processes}"
         )
         print(f"candidates: {total}  accepted: {accepted}  cards written: {saved}  rejected: {reasons}")
         print(
