@@ -333,7 +333,9 @@ def _failed(ids: list[int], error: str, now: datetime) -> ThreadOutcome:
         Turn.objects.filter(pk__in=ids).update(status=Turn.Status.FAILED, error=error[:2000])
         return ThreadOutcome("failed", ids, error=error)
     retry_at = now + _backoff(attempts)
-    Turn.objects.filter(pk__in=ids).update(status=Turn.Status.PENDING, error=error[:2000], process_after=retry_at)
+    Turn.objects.filter(pk__in=ids).update(
+        status=Turn.Status.PENDING, error=error[:2000], process_after=retry_at, flush=False
+    )
     from django_tasks import task_backends
 
     from .tasks import process_thread_task

@@ -258,3 +258,11 @@ def test_a_confidence_of_1_2_from_the_model_invalidates_only_that_candidate(open
     bad, good = Candidate.objects.order_by("position")
     assert (bad.verdict, bad.reasons, bad.raw["confidence"]) == ("rejected", ["invalid"], 1.2)
     assert good.verdict == "accepted" and FactCard.objects.get().id == good.fact_id
+
+
+def test_a_failed_flush_waits_for_the_backoff_like_any_turn(openai_stub: OpenAIStub) -> None:
+    openai_stub.reply_error(500)
+    record_turn(**THREAD, messages=turn(), flush=True)
+    assert Turn.objects.get().status == "pending"
+    assert process_thread(**THREAD, now=later(5)).status == "waiting"
+    assert len(openai_stub.requests) == 1
