@@ -95,6 +95,7 @@ class _NotSimple(Exception):
     pass
 
 
+@functools.lru_cache(maxsize=8192)  # most values repeat: null, statuses, kinds, categories
 def _fm_scalar(raw: str) -> Any:
     if raw in _FM_NULL:
         return None
