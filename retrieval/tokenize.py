@@ -19,6 +19,7 @@ from typing import Any
 _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _RUNS = re.compile(rf"[{_HAN}]+|[^\W_{_HAN}]+")
 _WORD = re.compile(r"[^\W_]+")
+_ASCII_WORD = re.compile(r"[a-z0-9]+")
 
 # Words so common in facts that they match a large part of the index ("的", "the",
 # "user" matched 26k–40k rows in a comparable system). Queries drop them unless nothing
@@ -60,9 +61,15 @@ def warm() -> None:
 
 def tokenize(text: str) -> list[str]:
     """The tokens of `text`, in order, duplicates kept."""
-    tokens: list[str] = []
     if not text:
-        return tokens
+        return []
+    if text.isascii():  # the common English case: the same tokens in a third of the time
+        return _ASCII_WORD.findall(text.lower())
+    return _tokenize_runs(text)
+
+
+def _tokenize_runs(text: str) -> list[str]:
+    tokens: list[str] = []
     for match in _RUNS.finditer(text):
         run = match.group()
         if "\u3400" <= run[0] <= "\u9fff" or "\uf900" <= run[0] <= "\ufaff":

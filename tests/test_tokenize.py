@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from retrieval import tokenize as tk
 from retrieval.tokens import count_tokens, encoding
@@ -68,3 +70,8 @@ def test_it_counts_tokens_with_cl100k() -> None:
 
 def test_special_token_text_is_counted_as_plain_text() -> None:
     assert count_tokens("<|endoftext|>") > 1
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127)))
+def test_the_ascii_shortcut_gives_the_same_tokens(text: str) -> None:
+    assert tk.tokenize(text) == tk._tokenize_runs(text)
