@@ -575,34 +575,43 @@ def candidates(terms: Sequence[str], buckets: Sequence[str], *, limit: int, now_
     return scored[:limit]
 
 
-def bucket_cards(buckets: Sequence[str]) -> list[tuple]:
-    """Every indexed card of `buckets`, by confidence (desc) then id: rows of
-    (id, category, confidence, expires_ts), read from a covering index. What the context
-    render lists; it asks for the contents of the few it shows with `contents`."""
+def bucket_queues(buckets: Sequence[str], now_ts: float) -> tuple[list[str], list[str], list[str]]:
+    """The ids of `buckets`' live cards as two queues, corrections and the rest, each by
+    confidence (desc) then id, plus the ids of the cards past their `expires_at`. Read
+    from a covering index, ids only: the render asks for the few contents it shows
+    with `contents`."""
     if not buckets:
-        return []
-    if len(buckets) == 1:
-        sql = "SELECT id, category, confidence, expires_ts FROM cards WHERE bucket = ? ORDER BY confidence DESC, id"
-    else:
-        marks = ", ".join("?" * len(buckets))
-        sql = (
-            f"SELECT id, category, confidence, expires_ts FROM cards WHERE bucket IN ({marks}) "
-            "ORDER BY confidence DESC, id"
+        return [], [], []
+    marks = ", ".join("?" * len(buckets))
+    where = f"bucket IN ({marks})" if len(buckets) > 1 else "bucket = ?"
+    live = "(expires_ts IS NULL OR expires_ts > ?)"
+    order = "ORDER BY confidence DESC, id"
+    args = (*buckets, now_ts)
+
+    def run(conn: sqlite3.Connection) -> tuple[list[str], list[str], list[str]]:
+        def ids(sql: str) -> list[str]:
+            return [fact_id for (fact_id,) in conn.execute(sql, args)]
+
+        return (
+            ids(f"SELECT id FROM cards WHERE {where} AND {live} AND category = 'correction' {order}"),
+            ids(f"SELECT id FROM cards WHERE {where} AND {live} AND category <> 'correction' {order}"),
+            ids(f"SELECT id FROM cards WHERE {where} AND NOT {live} {order}"),
         )
-    rows = _retrying(lambda conn: conn.execute(sql, tuple(buckets)).fetchall())
-    assert isinstance(rows, list)
-    return rows
+
+    result = _retrying(run)
+    assert isinstance(result, tuple)
+    return result
 
 
-def contents(ids: Sequence[str]) -> dict[str, str]:
+def contents(ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """id → (category, content)."""
     if not ids:
         return {}
     marks = ", ".join("?" * len(ids))
-    rows = _retrying(
-        lambda conn: conn.execute(f"SELECT id, content FROM cards WHERE id IN ({marks})", tuple(ids)).fetchall()
-    )
+    sql = f"SELECT id, category, content FROM cards WHERE id IN ({marks})"
+    rows = _retrying(lambda conn: conn.execute(sql, tuple(ids)).fetchall())
     assert isinstance(rows, list)
-    return dict(rows)
+    return {fact_id: (category, content) for fact_id, category, content in rows}
 
 
 def count() -> int:

@@ -22,7 +22,7 @@ from functools import lru_cache
 from django.conf import settings
 from django.db import connection
 
-from facts.enums import HISTORY_SECTIONS, USER_SECTIONS, CardStatus, Category
+from facts.enums import HISTORY_SECTIONS, USER_SECTIONS, CardStatus
 from facts.models import FactCard, ProfileSection
 from facts.store import normalize_agent
 
@@ -169,10 +169,12 @@ def _profile_sections(user_id: str) -> list[tuple[str, str]]:
     ]
 
 
-def _fact_rows(user_id: str, agent_name: str | None, project_id: str | None) -> tuple[list[tuple], list[str]]:
-    """The indexed (active) cards in scope as (id, category, confidence, expires_ts),
-    best first, and the ids of the expired ones from the mirror. Superseded cards are
-    history, never context."""
+def _fact_rows(
+    user_id: str, agent_name: str | None, project_id: str | None, now_ts: float
+) -> tuple[list[str], list[str], list[str]]:
+    """Ids of the live cards in scope, corrections and the rest, each best first (from
+    the index), and of the expired ones (status from the mirror, date from the index).
+    Superseded cards are history, never context."""
     agent = normalize_agent(agent_name)
     buckets = [index.bucket_key(user_id=user_id, agent_name=agent)]
     table = FactCard._meta.db_table
@@ -185,7 +187,8 @@ def _fact_rows(user_id: str, agent_name: str | None, project_id: str | None) -> 
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         expired = [fact_id for (fact_id,) in cursor.fetchall()]
-    return index.bucket_cards(buckets), expired
+    corrections, others, past_date = index.bucket_queues(buckets, now_ts)
+    return corrections, others, expired + past_date
 
 
 def render_context(
@@ -221,11 +224,10 @@ def _render(
         top_n=limits.top_n,
     )
     profile = _profile_sections(user_id)
-    rows, expired = ([], []) if mode == "tool" else _fact_rows(user_id, agent_name, project_id)
-    now_ts = now.timestamp()
+    corrections, others, expired = (
+        ([], [], []) if mode == "tool" else _fact_rows(user_id, agent_name, project_id, now.timestamp())
+    )
     result.excluded += [(fact_id, EXPIRED) for fact_id in expired]
-    result.excluded += [(row[0], EXPIRED) for row in rows if row[3] is not None and row[3] <= now_ts]
-    live = [row for row in rows if row[3] is None or row[3] > now_ts]
 
     # The profile must fit first; sections are dropped (history oldest first) until it does.
     frame_tokens = _piece_tokens(OPEN) + _piece_tokens(CLOSE)
@@ -242,7 +244,7 @@ def _render(
     if profile_cost([]) > limits.budget:
         # Not even the frame fits: nothing is injected.
         result.excluded = [(f"profile:{name}", BUDGET) for name, _ in profile] + result.excluded
-        result.excluded += [(row[0], BUDGET) for row in live]
+        result.excluded += [(fact_id, BUDGET) for fact_id in corrections + others]
         return result
     kept = list(profile)
     for name in DROP_ORDER:
@@ -253,12 +255,9 @@ def _render(
             result.excluded.append((f"profile:{name}", BUDGET))
     used = profile_cost(kept)
 
-    # Already by confidence (desc), then id.
-    corrections = [r for r in live if r[1] == Category.CORRECTION]
-    others = [r for r in live if r[1] != Category.CORRECTION]
     # Each queue can take at most top_n facts and then meet one misfit: only those
     # need their content.
-    text_of = index.contents([r[0] for r in corrections[: limits.top_n + 1] + others[: limits.top_n + 1]])
+    text_of = index.contents(corrections[: limits.top_n + 1] + others[: limits.top_n + 1])
     chosen_corrections: list[str] = []
     chosen_facts: list[str] = []
     included: list[str] = []
@@ -269,19 +268,18 @@ def _render(
     for queue, is_correction in ((corrections, True), (others, False)):
         header = CORRECTIONS_HEADER if is_correction else FACTS_HEADER
         lines = chosen_corrections if is_correction else chosen_facts
-        for position, row in enumerate(queue):
-            fact_id, category, _, _ = row
-            content = text_of[fact_id]
+        for position, fact_id in enumerate(queue):
             if len(included) >= limits.top_n:
-                result.excluded += [(r[0], TOP_N) for r in queue[position:]]
+                result.excluded += [(f, TOP_N) for f in queue[position:]]
                 break
+            category, content = text_of[fact_id]
             line = fact_line(category, content)
             cost = _piece_tokens(line) + (0 if lines else _piece_tokens(header))
             if is_correction and correction_used + cost > limits.correction_budget:
-                result.excluded += [(r[0], CORRECTION_BUDGET) for r in queue[position:]]
+                result.excluded += [(f, CORRECTION_BUDGET) for f in queue[position:]]
                 break
             if used + cost > limits.budget:
-                result.excluded += [(r[0], BUDGET) for r in queue[position:]]
+                result.excluded += [(f, BUDGET) for f in queue[position:]]
                 break
             lines.append(line)
             included.append(fact_id)

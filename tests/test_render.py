@@ -227,7 +227,7 @@ def test_it_never_raises_into_an_agents_call(monkeypatch) -> None:
     def boom(*args, **kwargs):
         raise RuntimeError("index gone")
 
-    monkeypatch.setattr(index, "bucket_cards", boom)
+    monkeypatch.setattr(index, "bucket_queues", boom)
     out = _render(budget=100, correction_budget=10, top_n=5)
     assert out.text == "" and out.tokens == 0
 
@@ -245,10 +245,11 @@ WORDS = ["alpha", "用户", "偏好", "中文", "<tag>", "&", "代码", "review"
 
 
 def _fake_store(monkeypatch, facts: list[tuple], profile: list[tuple[str, str]]) -> None:
-    rows = [(fid, cat, conf, None) for fid, cat, conf, _ in facts]
-    rows.sort(key=lambda r: (-r[2], r[0]))
-    texts = {fid: text for fid, _, _, text in facts}
-    monkeypatch.setattr(render, "_fact_rows", lambda *a: (rows, []))
+    ordered = sorted(facts, key=lambda f: (-f[2], f[0]))
+    corrections = [f[0] for f in ordered if f[1] == "correction"]
+    others = [f[0] for f in ordered if f[1] != "correction"]
+    texts = {fid: (cat, text) for fid, cat, _, text in facts}
+    monkeypatch.setattr(render, "_fact_rows", lambda *a: (corrections, others, []))
     monkeypatch.setattr(
         render, "_profile_sections", lambda user_id: [(n, render._section_text(n, s)) for n, s in profile]
     )
