@@ -308,3 +308,11 @@ def test_the_budget_holds_with_growing_fact_counts(monkeypatch, count: int) -> N
     out = render._render("u", "a", None, "auto", render.Limits(2000, 500, 50), FIXED_NOW)
     assert out.tokens == count_tokens(out.text) <= 2000
     assert len(out.included) + len(out.excluded) == count
+
+
+@db
+def test_many_facts_keep_the_confidence_order(make_card) -> None:
+    confidences = [((i * 37) % 100) / 100 for i in range(40)]
+    cards = [save_card(make_card(content=f"Fact {i}", confidence=c), actor="t") for i, c in enumerate(confidences)]
+    expected = [c.id for c in sorted(cards, key=lambda c: (-c.confidence, c.id))]
+    assert _render(top_n=40).included == expected
