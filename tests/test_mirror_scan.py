@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from facts import mirror
 from facts.store import Card, Source, Store, dump_card, parse_card
+from retrieval.tokenize import document_terms
 from tests.conftest import FIXED_NOW
 
 TRICKY = [
@@ -113,3 +114,5 @@ def test_the_parallel_scan_walks_in_the_stores_order(tmp_path: Path) -> None:
     scanned = list(mirror.scan_cards(store, workers=2))
     assert [s.rel for s in scanned] == expected
     assert sum(1 for s in scanned if s.card is not None) == 210
+    # The read side's tokens, computed in the scanning processes, are what it computes itself.
+    assert all(s.extra["terms"] == document_terms(s.card.content) for s in scanned if s.card is not None)
