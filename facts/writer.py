@@ -98,6 +98,9 @@ def mirror_row(card: Card, path: str, digest: str) -> FactCard:
 
 
 def upsert_mirror(rows: Sequence[FactCard]) -> None:
+    # One row per card, the last state winning: PostgreSQL refuses an upsert that names
+    # the same id twice ("ON CONFLICT DO UPDATE command cannot affect row a second time").
+    rows = list({row.id: row for row in rows}.values())
     if rows:
         FactCard.objects.bulk_create(
             rows, update_conflicts=True, unique_fields=["id"], update_fields=_MIRROR_FIELDS, batch_size=500
