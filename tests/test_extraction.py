@@ -10,25 +10,13 @@ import pytest
 
 from facts.extraction import EXTRACTION_RULES, ExtractionError, extract, tool_schema
 from facts.filtering import Row
+from tests.factories import fact_candidate
 from tests.openai_stub import OpenAIStub
 
 ROWS: list[Row] = [{"id": "u1", "role": "user", "content": "我主要做 Python 后端开发，平时请用中文解释技术问题。"}]
 
 
-def fact(**overrides: Any) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "key": "response_language",
-        "content": "用户偏好用中文解释技术问题。",
-        "category": "preference",
-        "scope": "user",
-        "durability": "durable",
-        "authority": "descriptive",
-        "confidence": 0.9,
-        "evidence_message_id": "u1",
-        "evidence_text": "平时请用中文解释技术问题",
-    }
-    data.update(overrides)
-    return data
+fact = fact_candidate
 
 
 def test_it_returns_the_candidates_of_a_tool_call(openai_stub: OpenAIStub) -> None:

@@ -12,6 +12,7 @@ from facts.filtering import Row
 from facts.models import AuditEvent, Candidate, ExtractionRun, FactCard
 from facts.schemas import FactCandidate, SummaryCandidate, parse_update
 from facts.store import Bucket, Store
+from tests.factories import fact_candidate
 
 ROWS: list[Row] = [
     {
@@ -24,20 +25,7 @@ ROWS: list[Row] = [
 ]
 
 
-def fact_data(**overrides: Any) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "key": "response_language",
-        "content": "用户偏好用中文解释技术问题。",
-        "category": "preference",
-        "scope": "user",
-        "durability": "durable",
-        "authority": "descriptive",
-        "confidence": 0.9,
-        "evidence_message_id": "u1",
-        "evidence_text": "平时请用中文解释技术问题",
-    }
-    data.update(overrides)
-    return data
+fact_data = fact_candidate
 
 
 def fact(**overrides: Any) -> FactCandidate:

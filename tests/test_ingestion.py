@@ -12,6 +12,7 @@ from django.utils import timezone
 from facts import ingestion
 from facts.ingestion import TurnRejected, process_thread, record_turn, run_turns_now
 from facts.models import Candidate, ExtractedMessage, ExtractionRun, FactCard, Turn
+from tests.factories import fact_candidate
 from tests.openai_stub import OpenAIStub
 
 pytestmark = pytest.mark.django_db
@@ -19,20 +20,7 @@ pytestmark = pytest.mark.django_db
 THREAD = {"user_id": "alice", "agent_name": "coder", "thread_id": "t1"}
 
 
-def fact(**overrides: Any) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "key": "response_language",
-        "content": "用户偏好用中文解释技术问题。",
-        "category": "preference",
-        "scope": "user",
-        "durability": "durable",
-        "authority": "descriptive",
-        "confidence": 0.9,
-        "evidence_message_id": "u1",
-        "evidence_text": "平时请用中文解释技术问题",
-    }
-    data.update(overrides)
-    return data
+fact = fact_candidate
 
 
 def turn(

@@ -9,22 +9,11 @@ import pytest
 from pydantic import ValidationError
 
 from facts.schemas import Confirmation, FactCandidate, MemoryUpdate, SummaryCandidate, parse_update
+from tests.factories import fact_candidate
 
 
 def fact(**overrides: Any) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "key": "response_language",
-        "content": "用户偏好用中文解释技术问题。",
-        "category": "preference",
-        "scope": "user",
-        "durability": "durable",
-        "authority": "descriptive",
-        "confidence": 0.9,
-        "evidence_message_id": "m1",
-        "evidence_text": "平时请用中文解释技术问题",
-    }
-    data.update(overrides)
-    return data
+    return fact_candidate(**{"evidence_message_id": "m1", **overrides})
 
 
 def test_it_accepts_a_well_formed_fact() -> None:
