@@ -23,8 +23,6 @@ import json
 import os
 import random
 import shutil
-import socket
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -37,40 +35,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BASE_DIR))
 
 from bench.corpus import AGENTS, HEAVY_AGENT, HEAVY_USER, django_env, ensure_corpus  # noqa: E402
+from bench.serving import HOST, copy_db, free_port, percentile, wait_for  # noqa: E402
 
-HOST = "127.0.0.1"
 MAX_REQUESTS = 20_000
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
-
-
-def copy_db(source: Path, target: Path) -> None:
-    """A consistent copy of the corpus database (SQLite's online backup)."""
-    src = sqlite3.connect(source)
-    dst = sqlite3.connect(target)
-    with dst:
-        src.backup(dst)
-    src.close()
-    dst.close()
-
-
-def wait_for(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"gunicorn exited with {proc.returncode}")
-        try:
-            conn = http.client.HTTPConnection(HOST, port, timeout=2)
-            conn.request("GET", "/api/v1/openapi.json")
-            if conn.getresponse().status == 200:
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit("gunicorn did not start")
 
 
 class Load:
@@ -127,11 +94,6 @@ class Load:
         return time.monotonic() - started
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=15.0, help="per phase")
@@ -180,7 +142,7 @@ def main() -> None:
             env=env,
             cwd=BASE_DIR,
         )
-        wait_for(port, proc)
+        wait_for(port, proc, "/api/v1/openapi.json")
 
         def turn(rng: random.Random, n: int) -> tuple[str, str, bytes]:
             body = {

@@ -21,8 +21,6 @@ import http.client
 import os
 import random
 import shutil
-import socket
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -34,8 +32,8 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BASE_DIR))
 
 from bench.corpus import AGENTS, HEAVY_AGENT, HEAVY_USER, django_env, ensure_corpus  # noqa: E402
+from bench.serving import HOST, copy_db, free_port, percentile, wait_for  # noqa: E402
 
-HOST = "127.0.0.1"
 TARGET_MS = 150.0
 CANDIDATES = 30_000
 REASONS = [
@@ -47,11 +45,6 @@ REASONS = [
     "evidence_not_user",
     "duplicate",
 ]
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 def pages(rng: random.Random) -> dict[str, str]:
@@ -68,14 +61,6 @@ def pages(rng: random.Random) -> dict[str, str]:
         "context preview": f"/preview/?user={user}&agent={agent}&mode=auto",
         "context preview (1,000 facts)": f"/preview/?user={HEAVY_USER}&agent={HEAVY_AGENT}&mode=auto",
     }
-
-
-def copy_db(source: Path, target: Path) -> None:
-    src, dst = sqlite3.connect(source), sqlite3.connect(target)
-    with dst:
-        src.backup(dst)
-    src.close()
-    dst.close()
 
 
 def seed_history() -> None:
@@ -197,27 +182,6 @@ def session_cookie() -> str:
     return client.cookies["sessionid"].value
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
-
-
-def wait_for(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"gunicorn exited with {proc.returncode}")
-        try:
-            conn = http.client.HTTPConnection(HOST, port, timeout=2)
-            conn.request("GET", "/login/")
-            if conn.getresponse().status == 200:
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit("gunicorn did not start")
-
-
 def load(
     port: int, cookie: str, make_path, *, seconds: float, max_requests: int, concurrency: int
 ) -> tuple[list[float], dict[int, int]]:
@@ -325,7 +289,7 @@ def main() -> None:
             env=env,
             cwd=BASE_DIR,
         )
-        wait_for(port, proc)
+        wait_for(port, proc, "/login/")
         print(
             f"\nover HTTP, {args.concurrency} clients, each page ≤ {args.seconds:.0f} s and ≤ {args.max_requests} requests:"
         )
