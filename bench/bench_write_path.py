@@ -59,8 +59,12 @@ def candidate(i: int, run: int, rng: random.Random) -> tuple[dict, str]:
 
 
 def warm_up() -> None:
-    """Imports, the index file and the first connection (not measured)."""
+    """Imports, jieba's dictionary, the index file and the first connection (not
+    measured: a worker process pays them once, at start-up)."""
     from facts.ingestion import run_turns_now
+    from retrieval.tokenize import warm
+
+    warm()
 
     run_turns_now(
         user_id="warm", agent_name="w", thread_id="w", messages=[{"role": "user", "content": "我用 vim", "id": "w1"}],
@@ -133,6 +137,7 @@ def main() -> None:
     os.environ["DATABASE_URL"] = f"sqlite:///{workdir / 'db.sqlite3'}"
     os.environ["DJANGO_SETTINGS_MODULE"] = "memoryadmin.settings"
     os.environ.setdefault("LOG_LEVEL", "WARNING")
+    os.environ.setdefault("DEBUG", "0")  # as in production: no query log
     import django
 
     django.setup()

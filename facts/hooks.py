@@ -1,7 +1,8 @@
 """How the read side learns about changes without the write side importing it.
 
 The retrieval app registers its listeners in `AppConfig.ready`; `facts.writer` calls
-`cards_changed` once per committed batch while the bucket locks are still held.
+`cards_changed` once per committed batch while the bucket locks are still held, and
+`cards_writing` just before, while the batch's files are being fsynced.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CardsListener = Callable[[Sequence["Card"], Sequence["Card"]], None]
+CardsPreparer = Callable[[Sequence["Card"]], None]
 ProfileListener = Callable[["Profile"], None]
 
 _card_listeners: list[CardsListener] = []
+_card_preparers: list[CardsPreparer] = []
 _profile_listeners: list[ProfileListener] = []
 
 
@@ -26,6 +29,12 @@ def on_cards_changed(listener: CardsListener) -> CardsListener:
     if listener not in _card_listeners:
         _card_listeners.append(listener)
     return listener
+
+
+def on_cards_writing(preparer: CardsPreparer) -> CardsPreparer:
+    if preparer not in _card_preparers:
+        _card_preparers.append(preparer)
+    return preparer
 
 
 def on_profile_changed(listener: ProfileListener) -> ProfileListener:
@@ -38,6 +47,21 @@ def cards_changed(written: Sequence[Card], deleted: Sequence[Card]) -> None:
     """`written`: cards in their new state (any status); `deleted`: cards whose file is gone."""
     for listener in _card_listeners:
         listener(written, deleted)
+
+
+def cards_writing(cards: Sequence[Card]) -> None:
+    """`cards` are being written (not durable yet, and a write may still fail).
+
+    A preparer may compute what its `cards_changed` listener will need (the index
+    tokenizes) so that the work overlaps the disk's fsyncs instead of following them;
+    it must not publish anything. Its errors are logged, never raised: the listener
+    does the work itself when nothing was prepared.
+    """
+    for preparer in _card_preparers:
+        try:
+            preparer(cards)
+        except Exception:
+            log.exception("preparing %d card writes failed", len(cards))
 
 
 def profile_changed(profile: Profile) -> None:

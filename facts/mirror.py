@@ -6,14 +6,12 @@ import contextlib
 import functools
 import multiprocessing
 import os
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from django.db import transaction
-from pydantic import ValidationError
 
 from .models import FactCard, FactRevision, ProfileSection
 from .store import (
@@ -71,97 +69,6 @@ class ScannedProfile:
     error: str | None = None
 
 
-_FM_KEY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*):(?: (.*))?")
-_FM_BOUNDARY = re.compile(r"-{3,}\s*")
-_FM_INT = re.compile(r"-?(?:0|[1-9][0-9]*)")  # YAML 1.1 reads 0777 as octal
-_FM_FLOAT = re.compile(r"-?[0-9]+\.[0-9]*(?:[eE][-+][0-9]+)?")  # 1.1: the exponent has a sign
-# Plain scalars that YAML could read as something other than a string, or that
-# are not plain scalars at all: left to the real parser.
-_FM_SPECIAL = re.compile(r"""[-?:,\[\]{}#&*!|>'"%@`\s]|.*(?:: | #|:$)|.*\s$""")
-_FM_NULL = frozenset({"null", "Null", "NULL", "~"})
-# A plain scalar YAML can only read as a string: it starts with a letter (or a non-ASCII
-# character), so no number, date, null or indicator; no tabs; no ": " or " #" inside.
-_FM_STRINGLIKE = re.compile(
-    r"[^\x00-\x40\[\\\]^`{|}~\x7f-\xa0\u2028\u2029\ufeff][^\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff]*"
-)
-_FM_YAML_WORDS = frozenset("y Y yes Yes YES n N no No NO true True TRUE false False FALSE on On ON off Off OFF".split())
-
-
-# Line breaks for YAML that are not "\n" for str.split.
-_FM_BREAKS = re.compile("[\r\x85\u2028\u2029]")
-
-
-class _NotSimple(Exception):
-    pass
-
-
-@functools.lru_cache(maxsize=8192)  # most values repeat: null, statuses, kinds, categories
-def _fm_scalar(raw: str) -> Any:
-    if raw in _FM_NULL:
-        return None
-    if raw.startswith("'"):
-        inner = raw[1:-1]
-        if len(raw) < 2 or not raw.endswith("'") or "'" in inner.replace("''", ""):
-            raise _NotSimple
-        return inner.replace("''", "'")
-    if _FM_INT.fullmatch(raw):
-        return int(raw)
-    if _FM_FLOAT.fullmatch(raw):
-        return float(raw)
-    if _FM_STRINGLIKE.fullmatch(raw) and raw not in _FM_YAML_WORDS and not _FM_SPECIAL.match(raw):
-        return raw
-    raise _NotSimple
-
-
-def _parse_fast(text: str) -> Card | None:
-    """The front matter as `dump_card` writes it, read without the YAML machinery.
-
-    Building YAML nodes is most of a rebuild's time. Only the flat layout the store
-    writes (one ``key: value`` per line, single-quoted or simple plain scalars, the
-    ``source`` mapping indented by two spaces) is read here; anything else — and any
-    card that fails validation — returns None and goes through `parse_card`, so the
-    result and the error messages are the same as with the full parser.
-    """
-    if not text.startswith("---\n") or _FM_BREAKS.search(text):
-        return None
-    lines = text[4:].split("\n")
-    data: dict[str, Any] = {}
-    nested: dict[str, Any] | None = None
-    try:
-        for number, line in enumerate(lines):
-            if line.startswith("---"):
-                if not _FM_BOUNDARY.fullmatch(line):
-                    raise _NotSimple
-                body = "\n".join(lines[number + 1 :])
-                break
-            if line.startswith("  ") and nested is not None:
-                match = _FM_KEY.fullmatch(line[2:])
-                if not match or match.group(2) is None:
-                    raise _NotSimple
-                nested[match.group(1)] = _fm_scalar(match.group(2))
-                continue
-            match = _FM_KEY.fullmatch(line)
-            if not match:
-                raise _NotSimple
-            name, raw = match.groups()
-            if raw is None:
-                nested = data[name] = {}
-            else:
-                nested = None
-                data[name] = _fm_scalar(raw)
-        else:
-            return None
-    except _NotSimple:
-        return None
-    if not data:
-        return None
-    data["content"] = body.strip()
-    try:
-        return Card.model_validate(data)
-    except ValidationError:
-        return None
-
-
 def _scan_one(args: tuple[str, str]) -> Scanned:
     root, rel = args
     path = Path(root) / rel
@@ -174,7 +81,7 @@ def _scan_one(args: tuple[str, str]) -> Scanned:
         return Scanned(rel, error="file is not valid UTF-8")
     digest = file_digest(text)
     try:
-        card = _parse_fast(text) or parse_card(text, path)
+        card = parse_card(text, path)
     except CardParseError as exc:
         return Scanned(rel, digest, error=exc.message)
     return Scanned(rel, digest, card, extra={name: extra.fn(card) for name, extra in _scan_extras.items()})

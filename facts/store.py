@@ -14,6 +14,7 @@ Nothing here touches the database; `facts.writer` composes store + mirror + inde
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -22,7 +23,8 @@ import secrets
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,6 +33,7 @@ from typing import Any
 
 import frontmatter
 import yaml
+import yaml.resolver
 from filelock import FileLock, Timeout
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -44,6 +47,8 @@ _AGENT = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 _FACT_ID = re.compile(r"^fact_[0-9a-f]{12}$")
 # Longest readable prefix kept on disk; the hash keeps longer ids apart.
 _SLUG_PREFIX = 64
+# Temp files of atomic writes; readers and the rebuild skip them.
+TEMP_PREFIX = ".tmp-"
 
 
 class StoreError(Exception):
@@ -275,7 +280,7 @@ _FRONT_ORDER = (
 ).split()
 
 
-def dump_card(card: Card) -> str:
+def _front_matter(card: Card) -> dict[str, Any]:
     data = card.model_dump(mode="python")
     meta: dict[str, Any] = {}
     for name in _FRONT_ORDER:
@@ -291,7 +296,77 @@ def dump_card(card: Card) -> str:
         if name in ("user_id", "agent_name") and value is None and card.user_id is None:
             continue
         meta[name] = value
-    front = yaml.dump(meta, Dumper=yaml.CSafeDumper, allow_unicode=True, sort_keys=False)
+    return meta
+
+
+def _yaml(meta: dict[str, Any]) -> str:
+    return yaml.dump(meta, Dumper=yaml.CSafeDumper, allow_unicode=True, sort_keys=False)
+
+
+# The emitter below writes, for the values a card mostly holds (ids, enums, numbers,
+# dates, null), exactly the text `_yaml` would; any other value is handed to `_yaml`
+# itself. Building a YAML document costs ~10× more than these few string operations,
+# and the write path dumps every card it writes. `test_properties_store` checks the
+# output against `_yaml` on arbitrary cards.
+_YAML_WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+_YAML_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?Z")
+_YAML_RESOLVER = yaml.resolver.Resolver()
+_YAML_STR = "tag:yaml.org,2002:str"
+
+
+@functools.lru_cache(maxsize=4096)  # statuses, kinds, categories, agent names repeat
+def _yaml_word(value: str) -> str:
+    """A word of safe characters: plain when YAML reads it back as a string, else quoted."""
+    tag = _YAML_RESOLVER.resolve(yaml.ScalarNode, value, (True, False))
+    return value if tag == _YAML_STR else f"'{value}'"
+
+
+def _yaml_scalar(value: Any) -> str | None:
+    """`value` as `_yaml` writes it after ``key: ``, or None when it is not one of the simple cases."""
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if type(value) is int:
+        return str(value)
+    if type(value) is float:
+        text = repr(value)
+        return text if "." in text and "e" not in text else None
+    if type(value) is str:
+        if _YAML_DATE.fullmatch(value):
+            return f"'{value}'"
+        if len(value) < 64 and _YAML_WORD.fullmatch(value):
+            return _yaml_word(value)
+    return None
+
+
+def _yaml_lines(meta: dict[str, Any], depth: int = 0) -> list[str]:
+    indent = "  " * depth
+    lines = []
+    for name, value in meta.items():
+        if isinstance(value, dict) and value:
+            lines.append(f"{indent}{name}:\n")
+            lines.extend(_yaml_lines(value, depth + 1))
+            continue
+        text = _yaml_scalar(value)
+        if text is not None:
+            lines.append(f"{indent}{name}: {text}\n")
+            continue
+        # As `_yaml` writes it at this depth (its line width counts the indent).
+        wrapped: dict[str, Any] = {name: value}
+        for _ in range(depth):
+            wrapped = {"_": wrapped}
+        lines.append(_yaml(wrapped).split("\n", depth)[depth])
+    return lines
+
+
+def dump_front_matter(meta: dict[str, Any]) -> str:
+    """The YAML of a card's front matter, byte for byte what `yaml.dump` writes."""
+    return "".join(_yaml_lines(meta)) if meta else _yaml(meta)
+
+
+def dump_card(card: Card) -> str:
+    front = dump_front_matter(_front_matter(card))
     body = card.content.strip("\n")
     return f"---\n{front}---\n\n{body}\n"
 
@@ -302,6 +377,11 @@ _YAML_FRONT = frontmatter.YAMLHandler()
 
 
 def parse_card(text: str, path: Path) -> Card:
+    """A card file's text → Card, or CardParseError saying what is wrong."""
+    return parse_card_fast(text) or _parse_card_yaml(text, path)
+
+
+def _parse_card_yaml(text: str, path: Path) -> Card:
     try:
         # `parse`, not `loads`: a hand-written `content:` key must not crash the reader.
         meta, body = frontmatter.parse(text, handler=_YAML_FRONT)
@@ -316,6 +396,97 @@ def parse_card(text: str, path: Path) -> Card:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'card'}: {err['msg']}" for err in exc.errors())
         raise CardParseError(path, problems) from None
+
+
+_FM_KEY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*):(?: (.*))?")
+_FM_BOUNDARY = re.compile(r"-{3,}\s*")
+_FM_INT = re.compile(r"-?(?:0|[1-9][0-9]*)")  # YAML 1.1 reads 0777 as octal
+_FM_FLOAT = re.compile(r"-?[0-9]+\.[0-9]*(?:[eE][-+][0-9]+)?")  # 1.1: the exponent has a sign
+# Plain scalars that YAML could read as something other than a string, or that
+# are not plain scalars at all: left to the real parser.
+_FM_SPECIAL = re.compile(r"""[-?:,\[\]{}#&*!|>'"%@`\s]|.*(?:: | #|:$)|.*\s$""")
+_FM_NULL = frozenset({"null", "Null", "NULL", "~"})
+# A plain scalar YAML can only read as a string: it starts with a letter (or a non-ASCII
+# character), so no number, date, null or indicator; no tabs; no ": " or " #" inside.
+_FM_STRINGLIKE = re.compile(
+    r"[^\x00-\x40\[\\\]^`{|}~\x7f-\xa0\u2028\u2029\ufeff][^\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff]*"
+)
+_FM_YAML_WORDS = frozenset("y Y yes Yes YES n N no No NO true True TRUE false False FALSE on On ON off Off OFF".split())
+
+
+# Line breaks for YAML that are not "\n" for str.split.
+_FM_BREAKS = re.compile("[\r\x85\u2028\u2029]")
+
+
+class _NotSimple(Exception):
+    pass
+
+
+@functools.lru_cache(maxsize=8192)  # most values repeat: null, statuses, kinds, categories
+def _fm_scalar(raw: str) -> Any:
+    if raw in _FM_NULL:
+        return None
+    if raw.startswith("'"):
+        inner = raw[1:-1]
+        if len(raw) < 2 or not raw.endswith("'") or "'" in inner.replace("''", ""):
+            raise _NotSimple
+        return inner.replace("''", "'")
+    if _FM_INT.fullmatch(raw):
+        return int(raw)
+    if _FM_FLOAT.fullmatch(raw):
+        return float(raw)
+    if _FM_STRINGLIKE.fullmatch(raw) and raw not in _FM_YAML_WORDS and not _FM_SPECIAL.match(raw):
+        return raw
+    raise _NotSimple
+
+
+def parse_card_fast(text: str) -> Card | None:
+    """The front matter as `dump_card` writes it, read without the YAML machinery.
+
+    Building YAML nodes is most of a rebuild's time. Only the flat layout the store
+    writes (one ``key: value`` per line, single-quoted or simple plain scalars, the
+    ``source`` mapping indented by two spaces) is read here; anything else — and any
+    card that fails validation — returns None and goes through the YAML parser, so the
+    result and the error messages are the same as with the full parser.
+    """
+    if not text.startswith("---\n") or _FM_BREAKS.search(text):
+        return None
+    lines = text[4:].split("\n")
+    data: dict[str, Any] = {}
+    nested: dict[str, Any] | None = None
+    try:
+        for number, line in enumerate(lines):
+            if line.startswith("---"):
+                if not _FM_BOUNDARY.fullmatch(line):
+                    raise _NotSimple
+                body = "\n".join(lines[number + 1 :])
+                break
+            if line.startswith("  ") and nested is not None:
+                match = _FM_KEY.fullmatch(line[2:])
+                if not match or match.group(2) is None:
+                    raise _NotSimple
+                nested[match.group(1)] = _fm_scalar(match.group(2))
+                continue
+            match = _FM_KEY.fullmatch(line)
+            if not match:
+                raise _NotSimple
+            name, raw = match.groups()
+            if raw is None:
+                nested = data[name] = {}
+            else:
+                nested = None
+                data[name] = _fm_scalar(raw)
+        else:
+            return None
+    except _NotSimple:
+        return None
+    if not data:
+        return None
+    data["content"] = body.strip()
+    try:
+        return Card.model_validate(data)
+    except ValidationError:
+        return None
 
 
 def dump_profile(profile: Profile) -> str:
@@ -355,10 +526,10 @@ def _makedirs(path: Path) -> None:
         _fsync_dir(folder.parent)
 
 
-def atomic_write(path: Path, data: str) -> None:
-    """Temp file in the same folder → fsync → os.replace → fsync the folder."""
+def _replace_synced(path: Path, data: str) -> None:
+    """Temp file in the same folder → fsync → os.replace (the folder is not fsynced yet)."""
     _makedirs(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX, suffix=path.suffix)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(data)
@@ -369,7 +540,70 @@ def atomic_write(path: Path, data: str) -> None:
         with suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def atomic_write(path: Path, data: str) -> None:
+    """Temp file in the same folder → fsync → os.replace → fsync the folder."""
+    _replace_synced(path, data)
     _fsync_dir(path.parent)
+
+
+_WRITE_THREADS = 8
+_write_pool: ThreadPoolExecutor | None = None
+_write_pool_guard = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _write_pool
+    with _write_pool_guard:
+        if _write_pool is None:
+            _write_pool = ThreadPoolExecutor(max_workers=_WRITE_THREADS, thread_name_prefix="card-write")
+        return _write_pool
+
+
+def atomic_write_many(
+    items: Sequence[tuple[Path, str]], *, while_waiting: Callable[[], None] | None = None
+) -> list[BaseException | None]:
+    """`atomic_write` for a batch of files: one error (or None) per item, in order.
+
+    Each file still gets its own temp file, fsync and rename, and the call returns only
+    once every folder involved has been fsynced, so each write is exactly as durable as
+    with `atomic_write`. Two things make a batch much cheaper than a loop: the files'
+    fsyncs run side by side (the file system commits them together), and a folder
+    holding several of the files is fsynced once instead of once per file.
+    `while_waiting` runs on the calling thread while the disk works.
+    """
+
+    def replace(item: tuple[Path, str]) -> BaseException | None:
+        try:
+            _replace_synced(*item)
+        except Exception as exc:
+            return exc
+        return None
+
+    def sync(folder: Path) -> BaseException | None:
+        try:
+            _fsync_dir(folder)
+        except Exception as exc:
+            return exc
+        return None
+
+    # A path named twice keeps its order (the last version wins): no parallel renames.
+    parallel = len(items) > 1 and len({path for path, _ in items}) == len(items)
+    if parallel:
+        futures = [_pool().submit(replace, item) for item in items]
+        try:
+            if while_waiting is not None:
+                while_waiting()
+        finally:
+            errors = [future.result() for future in futures]  # never return with writes in flight
+    else:
+        if while_waiting is not None:
+            while_waiting()
+        errors = [replace(item) for item in items]
+    folders = sorted({path.parent for (path, _), error in zip(items, errors, strict=True) if error is None})
+    synced = dict(zip(folders, _pool().map(sync, folders) if len(folders) > 1 else map(sync, folders), strict=True))
+    return [error or synced[path.parent] for (path, _), error in zip(items, errors, strict=True)]
 
 
 def remove_file(path: Path) -> bool:

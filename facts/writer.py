@@ -11,9 +11,7 @@ imports the read side.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +27,7 @@ from .store import (
     RevisionConflict,
     Store,
     atomic_write,
+    atomic_write_many,
     dump_card,
     dump_profile,
     file_digest,
@@ -168,10 +167,14 @@ def commit(
                     result.deleted.append(current)
             puts = [(path, card, dump_card(card)) for _op, path, _current, card in planned if card is not None]
             # Each file is still written atomically and fsynced; the fsyncs of a batch run
-            # side by side so the file system can commit them together (≈ 20× faster
-            # than one after the other on this machine).
+            # side by side so the file system can commit them together, and each folder
+            # is fsynced once per batch. The listeners prepare (tokenize) meanwhile.
+            errors = atomic_write_many(
+                [(path, text) for path, _card, text in puts],
+                while_waiting=lambda: hooks.cards_writing([card for _path, card, _text in puts]),
+            )
             failure: BaseException | None = None
-            for (path, card, text), error in zip(puts, _write_all(puts), strict=True):
+            for (path, card, text), error in zip(puts, errors, strict=True):
                 if error is not None:
                     failure = failure or error
                     continue
@@ -194,31 +197,6 @@ def commit(
                     FactRevision.objects.bulk_create(revisions, ignore_conflicts=True, batch_size=500)
                 hooks.cards_changed(result.written, result.deleted)
     return result
-
-
-_WRITE_THREADS = 8
-_pool: ThreadPoolExecutor | None = None
-_pool_guard = threading.Lock()
-
-
-def _write_all(puts: Sequence[tuple[Path, Card, str]]) -> list[BaseException | None]:
-    """Write the files of one batch (in parallel when there are several); one error per file or None."""
-    global _pool
-
-    def write(item: tuple[Path, Card, str]) -> BaseException | None:
-        try:
-            atomic_write(item[0], item[2])
-        except Exception as exc:
-            return exc
-        return None
-
-    # A card written twice in one batch keeps its order: the last version wins.
-    if len(puts) <= 1 or len({item[0] for item in puts}) < len(puts):
-        return [write(item) for item in puts]
-    with _pool_guard:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=_WRITE_THREADS, thread_name_prefix="card-write")
-    return list(_pool.map(write, puts))
 
 
 def _check_revision(op: Put | Delete, current: Card | None) -> None:

@@ -13,5 +13,6 @@ class RetrievalConfig(AppConfig):
         from . import index, tokenize
 
         hooks.on_cards_changed(index.on_cards_changed)
+        hooks.on_cards_writing(index.prepare)
         # A rebuild's tokenizing runs in the scanning processes, on every core.
         mirror.add_scan_extra("terms", index.scan_terms, prepare=tokenize.warm)

@@ -155,9 +155,25 @@ def indexed(card: Card) -> bool:
     return card.status == CardStatus.ACTIVE
 
 
+# Terms of recently written contents: `prepare` tokenizes a batch while its files are
+# being fsynced, `update` then finds the terms here. Bounded; a miss only costs time.
+_recent_terms: dict[str, str] = {}
+_RECENT_TERMS = 4096
+
+
+def _terms(content: str) -> str:
+    terms = _recent_terms.get(content)
+    if terms is None:
+        terms = document_terms(content)
+        if len(_recent_terms) >= _RECENT_TERMS:
+            _recent_terms.clear()
+        _recent_terms[content] = terms
+    return terms
+
+
 def row_for(card: Card, terms: str | None = None) -> tuple:
     if terms is None:
-        terms = document_terms(card.content)
+        terms = _terms(card.content)
     bucket = card_bucket(card)
     return (
         card.id,
@@ -428,6 +444,13 @@ def update(written: Sequence[Card], deleted: Sequence[Card]) -> None:
     removals = [card.id for card in written if not indexed(card)] + [card.id for card in deleted]
     if puts or removals:
         _retrying(lambda conn: _apply(conn, puts, removals))
+
+
+def prepare(cards: Sequence[Card]) -> None:
+    """The write function's preparation hook: tokenize while the disk works."""
+    for card in cards:
+        if indexed(card):
+            _terms(card.content)
 
 
 def on_cards_changed(written: Sequence[Card], deleted: Sequence[Card]) -> None:

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from facts import writer
+from facts import store as store_module
 from facts.mirror import mirror_drift, snapshot
 from facts.models import FactCard
 from facts.store import LockTimeout, RevisionConflict, Store
@@ -26,7 +26,7 @@ def test_a_revision_conflict_late_in_a_batch_writes_nothing(store: Store, make_c
 
 
 def test_a_disk_failure_half_way_still_mirrors_what_was_written(store: Store, make_card, monkeypatch) -> None:
-    real = writer.atomic_write
+    real = store_module._replace_synced
     first, second = make_card(), make_card()
 
     def failing(path, text):
@@ -34,7 +34,7 @@ def test_a_disk_failure_half_way_still_mirrors_what_was_written(store: Store, ma
             raise OSError(28, "No space left on device")
         real(path, text)
 
-    monkeypatch.setattr(writer, "atomic_write", failing)
+    monkeypatch.setattr(store_module, "_replace_synced", failing)
     with pytest.raises(OSError):
         commit([Put(first), Put(second)], actor="x")
     assert FactCard.objects.filter(id=first.id).exists()

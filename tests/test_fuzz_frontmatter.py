@@ -91,13 +91,13 @@ def test_a_file_that_is_not_utf8_is_a_parse_error(tmp_path: Path) -> None:
 
 
 def _agrees(text: str) -> None:
-    from facts.mirror import _parse_fast
+    from facts.store import _parse_card_yaml, parse_card_fast
 
-    fast = _parse_fast(text)
+    fast = parse_card_fast(text)
     if fast is None:
         return
     try:
-        slow = parse_card(text, PATH)
+        slow = _parse_card_yaml(text, PATH)
     except CardParseError as exc:  # pragma: no cover - a disagreement
         raise AssertionError(f"the fast reader accepted a card the real parser refuses: {exc.message}") from None
     assert fast == slow

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from facts import mirror
-from facts.store import Card, Source, Store, dump_card, parse_card
+from facts.store import Card, Source, Store, _parse_card_yaml, dump_card, parse_card_fast
 from retrieval.tokenize import document_terms
 from tests.conftest import FIXED_NOW
 
@@ -71,8 +71,8 @@ def _card(value: str, **extra) -> Card:
 @pytest.mark.parametrize("value", TRICKY)
 def test_the_fast_reader_agrees_with_the_full_parser(value: str) -> None:
     text = dump_card(_card(value))
-    fast = mirror._parse_fast(text)
-    assert fast is None or fast == parse_card(text, Path("x.md"))
+    fast = parse_card_fast(text)
+    assert fast is None or fast == _parse_card_yaml(text, Path("x.md"))
 
 
 @settings(max_examples=200, deadline=None)
@@ -83,8 +83,8 @@ def test_the_fast_reader_agrees_on_any_text(value: str) -> None:
     except ValueError:
         return
     text = dump_card(card)
-    fast = mirror._parse_fast(text)
-    assert fast is None or fast == parse_card(text, Path("x.md"))
+    fast = parse_card_fast(text)
+    assert fast is None or fast == _parse_card_yaml(text, Path("x.md"))
 
 
 @pytest.mark.parametrize(
@@ -97,7 +97,7 @@ def test_the_fast_reader_agrees_on_any_text(value: str) -> None:
     ],
 )
 def test_anything_unusual_goes_to_the_full_parser(text: str) -> None:
-    assert mirror._parse_fast(text) is None
+    assert parse_card_fast(text) is None
 
 
 def test_the_parallel_scan_walks_in_the_stores_order(tmp_path: Path) -> None:

@@ -19,7 +19,10 @@ from facts.store import (
     SectionSource,
     Source,
     Store,
+    _front_matter,
+    _yaml,
     dump_card,
+    dump_front_matter,
     dump_profile,
     new_fact_id,
     normalize_agent,
@@ -70,6 +73,36 @@ def test_every_card_survives_its_file_format(card: Card) -> None:
     parsed = parse_card(text, Path("x.md"))
     assert parsed == card
     assert dump_card(parsed) == text, "writing a parsed card again must give the same bytes"
+
+
+# Values the front-matter emitter writes itself (words, numbers, dates, null) and values
+# it must hand to yaml (anything else), in the nesting a card uses.
+yaml_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**20), 10**20)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.from_regex(r"[A-Za-z0-9_.+:-]{1,80}", fullmatch=True)
+    | st.sampled_from(["yes", "No", "on", "OFF", "null", "~", "1_000", "0x1f", "0o17", "1e5", "1.5", ".inf", "08"])
+    | moments.map(lambda d: d.isoformat().replace("+00:00", "Z"))
+    | any_text
+)
+front_keys = st.from_regex(r"[a-z_]{1,20}", fullmatch=True)
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    meta=st.dictionaries(front_keys, yaml_scalars | st.dictionaries(front_keys, yaml_scalars, max_size=6), max_size=18)
+)
+def test_the_front_matter_emitter_writes_what_yaml_writes(meta: dict) -> None:
+    assert dump_front_matter(meta) == _yaml(meta)
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(card=cards)
+def test_a_card_front_matter_is_what_yaml_writes(card: Card) -> None:
+    meta = _front_matter(card)
+    assert dump_front_matter(meta) == _yaml(meta)
 
 
 @settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

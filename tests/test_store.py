@@ -16,6 +16,7 @@ from facts.store import (
     Section,
     Store,
     atomic_write,
+    atomic_write_many,
     dump_card,
     dump_profile,
     parse_card,
@@ -110,6 +111,35 @@ def test_an_interrupted_write_leaves_the_old_file_intact(tmp_path: Path, monkeyp
         atomic_write(target, "new contents\n")
     assert target.read_text() == "old contents\n"
     assert [p.name for p in folder.iterdir()] == ["card.md"], "the temp file is cleaned up"
+
+
+def test_a_batch_write_reports_each_file_and_keeps_the_last_version_of_a_repeated_path(tmp_path: Path) -> None:
+    waited: list[bool] = []
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    items = [
+        (tmp_path / "x" / "one.md", "1\n"),
+        (tmp_path / "y" / "two.md", "2\n"),
+        (blocked / "three.md", "3\n"),  # its folder cannot be created
+    ]
+    errors = atomic_write_many(items, while_waiting=lambda: waited.append(True))
+    assert [e is None for e in errors] == [True, True, False]
+    assert (tmp_path / "x" / "one.md").read_text() == "1\n" and (tmp_path / "y" / "two.md").read_text() == "2\n"
+    assert waited == [True]
+    same = tmp_path / "x" / "same.md"
+    assert atomic_write_many([(same, "first\n"), (same, "second\n")]) == [None, None]
+    assert same.read_text() == "second\n"
+    assert not list(tmp_path.rglob(".tmp-*")), "no temp file is left behind"
+
+
+def test_a_batch_write_waits_for_its_files_even_when_the_wait_callback_fails(tmp_path: Path) -> None:
+    def boom() -> None:
+        raise RuntimeError("callback failed")
+
+    items = [(tmp_path / f"{i}.md", f"{i}\n") for i in range(4)]
+    with pytest.raises(RuntimeError):
+        atomic_write_many(items, while_waiting=boom)
+    assert [path.read_text() for path, _ in items] == ["0\n", "1\n", "2\n", "3\n"]
 
 
 def test_card_files_skip_temp_files(store: Store, make_card) -> None:

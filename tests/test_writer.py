@@ -80,6 +80,30 @@ def test_listeners_hear_every_committed_batch(make_card) -> None:
     assert heard == [([a.id, b.id], []), ([], [a.id])]
 
 
+def test_preparers_see_a_batch_before_its_listeners(make_card) -> None:
+    order: list[str] = []
+
+    def preparer(cards) -> None:
+        order.append("prepare " + ",".join(c.key for c in cards))
+
+    def listener(written, deleted) -> None:
+        order.append("changed " + ",".join(c.key for c in written))
+
+    def failing(cards) -> None:
+        raise RuntimeError("a preparer's failure never fails the write")
+
+    hooks.on_cards_writing(failing)
+    hooks.on_cards_writing(preparer)
+    hooks.on_cards_changed(listener)
+    try:
+        commit([Put(make_card(key="a")), Put(make_card(key="b"))], actor="x")
+    finally:
+        hooks._card_preparers.remove(failing)
+        hooks._card_preparers.remove(preparer)
+        hooks._card_listeners.remove(listener)
+    assert order == ["prepare a,b", "changed a,b"]
+
+
 def test_profile_commits_bump_the_revision_and_mirror_every_section(store: Store) -> None:
     def set_work(profile):
         profile.set_section("workContext", Section(summary="Python backend"))
