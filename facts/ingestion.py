@@ -27,7 +27,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
 
-from . import gate
+from . import bulk, gate
 from .enums import PROFILE_SECTIONS
 from .extraction import ExtractionError, extract
 from .filtering import Row, filter_messages, has_user_text, text_of, to_message
@@ -471,7 +471,7 @@ def run_pipeline(
     candidates = gate.apply_run(run, parsed, ctx, save=False)
     # Candidates, extracted ids and the run's outcome commit together.
     with transaction.atomic():
-        Candidate.objects.bulk_create(candidates)
+        bulk.insert(Candidate, candidates)
         _mark_extracted(run, user_id, agent_name, thread_id, fed)
         _finish(run, ExtractionRun.Status.SUCCEEDED, started)
     result.candidates = [CandidateSummary(c.kind, c.key, c.section, c.verdict, list(c.reasons)) for c in candidates]
@@ -480,7 +480,8 @@ def run_pipeline(
 
 
 def _mark_extracted(run: ExtractionRun, user_id: str, agent_name: str, thread_id: str, ids: Iterable[str]) -> None:
-    ExtractedMessage.objects.bulk_create(
+    bulk.insert(
+        ExtractedMessage,
         [
             ExtractedMessage(user_id=user_id, agent_name=agent_name, thread_id=thread_id, message_id=i, run=run)
             for i in ids

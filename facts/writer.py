@@ -17,7 +17,7 @@ from pathlib import Path
 
 from django.db import transaction
 
-from . import hooks
+from . import bulk, hooks
 from .models import FactCard, FactRevision, ProfileRevision, ProfileSection
 from .store import (
     Bucket,
@@ -101,9 +101,7 @@ def upsert_mirror(rows: Sequence[FactCard]) -> None:
     # the same id twice ("ON CONFLICT DO UPDATE command cannot affect row a second time").
     rows = list({row.id: row for row in rows}.values())
     if rows:
-        FactCard.objects.bulk_create(
-            rows, update_conflicts=True, unique_fields=["id"], update_fields=_MIRROR_FIELDS, batch_size=500
-        )
+        bulk.insert(FactCard, rows, update_conflicts=_MIRROR_FIELDS, unique_fields=["id"])
 
 
 def _normalize(card: Card) -> Card:
@@ -194,7 +192,7 @@ def commit(
                     upsert_mirror(rows)
                     if result.deleted:
                         FactCard.objects.filter(id__in=[c.id for c in result.deleted]).delete()
-                    FactRevision.objects.bulk_create(revisions, ignore_conflicts=True, batch_size=500)
+                    bulk.insert(FactRevision, revisions, ignore_conflicts=True)
                 hooks.cards_changed(result.written, result.deleted)
     return result
 
