@@ -314,14 +314,13 @@ def process_thread(
             project_id=project_id,
             messages=messages,
             model=model,
+            turn_ids=ids,
         )
     except ExtractionError as exc:
         return _failed(ids, str(exc), now)
     except Exception as exc:  # a bug or a store problem: keep the turns, record why
         log.exception("processing thread %s/%s/%s failed", user_id, agent_name, thread_id)
         return _failed(ids, f"{exc.__class__.__name__}: {exc}", now)
-    status = Turn.Status.SKIPPED if result.status == ExtractionRun.Status.SKIPPED else Turn.Status.DONE
-    Turn.objects.filter(pk__in=ids).update(status=status, processed_at=timezone.now(), error="", run_id=result.run_id)
     return ThreadOutcome("done", ids, result)
 
 
@@ -418,10 +417,13 @@ def run_pipeline(
     model_output: Any = None,
     model: Any = None,
     now: datetime | None = None,
+    turn_ids: Sequence[int] = (),
 ) -> RunResult:
     """filter → extract (or replay `model_output`) → gate → writer, recorded as an ExtractionRun.
 
-    Raises `ExtractionError` when the model fails (the run is recorded as failed).
+    The turns `turn_ids` are marked processed in the transaction that records the run's
+    outcome. Raises `ExtractionError` when the model fails (the run is recorded as
+    failed, the turns are left as they are).
     """
     started = time.perf_counter()
     fresh = _new_messages(user_id, agent_name, thread_id, messages)
@@ -440,8 +442,10 @@ def run_pipeline(
     fed = [m.id for m in fresh if m.id]
     if not has_user_text(rows):
         # No user words left: no model call, nothing to judge.
-        _mark_extracted(run, user_id, agent_name, thread_id, fed)
-        _finish(run, ExtractionRun.Status.SKIPPED, started)
+        with transaction.atomic():
+            _mark_extracted(run, user_id, agent_name, thread_id, fed)
+            _finish(run, ExtractionRun.Status.SKIPPED, started)
+            _mark_turns(turn_ids, Turn.Status.SKIPPED, run)
         result.status = ExtractionRun.Status.SKIPPED
         return result
     parsed: list[Parsed]
@@ -474,6 +478,7 @@ def run_pipeline(
         bulk.insert(Candidate, candidates)
         _mark_extracted(run, user_id, agent_name, thread_id, fed)
         _finish(run, ExtractionRun.Status.SUCCEEDED, started)
+        _mark_turns(turn_ids, Turn.Status.DONE, run)
     result.candidates = [CandidateSummary(c.kind, c.key, c.section, c.verdict, list(c.reasons)) for c in candidates]
     result.saved = sum(1 for c in candidates if c.kind == Candidate.Kind.FACT and c.verdict == "accepted" and c.fact_id)
     return result
@@ -488,6 +493,11 @@ def _mark_extracted(run: ExtractionRun, user_id: str, agent_name: str, thread_id
         ],
         ignore_conflicts=True,
     )
+
+
+def _mark_turns(ids: Sequence[int], status: str, run: ExtractionRun) -> None:
+    if ids:
+        Turn.objects.filter(pk__in=ids).update(status=status, processed_at=timezone.now(), error="", run=run)
 
 
 def _finish(run: ExtractionRun, status: str, started: float) -> None:
@@ -527,19 +537,15 @@ def run_turns_now(
         attempts=1,
     )
     try:
-        result = run_pipeline(
+        return run_pipeline(
             **_thread(turn),
             project_id=turn.project_id,
             messages=turn.messages,
             model_output=model_output,
             model=model,
+            turn_ids=[row.pk],
         )
     except ExtractionError as exc:
         row.status, row.error = Turn.Status.PENDING, str(exc)[:2000]
         row.save(update_fields=["status", "error"])
         raise
-    row.status = Turn.Status.SKIPPED if result.status == ExtractionRun.Status.SKIPPED else Turn.Status.DONE
-    row.processed_at = timezone.now()
-    row.run_id = result.run_id
-    row.save(update_fields=["status", "processed_at", "run"])
-    return result
