@@ -232,11 +232,13 @@ class Context:
     mode: str = REVIEW_AUTO
     threshold: float = 0.7
     now: datetime | None = None
+    max_candidates: int = 100
 
     @classmethod
     def from_settings(cls, **kwargs: Any) -> Context:
         kwargs.setdefault("mode", settings.MEMORY_REVIEW_MODE)
         kwargs.setdefault("threshold", settings.MEMORY_CONFIDENCE_THRESHOLD)
+        kwargs.setdefault("max_candidates", settings.MEMORY_MAX_CANDIDATES_PER_RUN)
         return cls(**kwargs)
 
 
@@ -365,11 +367,19 @@ def apply_run(
     with store.lock(*buckets):
         plan = _Plan(store)
         profile = store.read_profile(ctx.user_id)
-        for item in parsed:
+        for number, item in enumerate(parsed):
             row = _candidate_row(run, item, ctx)
             rows.append(row)
             value = item.value
-            if value is None:
+            if number >= ctx.max_candidates:
+                # A model that floods a run is not believed past the limit; what it sent
+                # is still recorded for review.
+                row.reasons = [INVALID]
+                row.validation_error = (
+                    f"beyond the limit of {ctx.max_candidates} candidates in one run "
+                    "(MEMORY_MAX_CANDIDATES_PER_RUN): recorded, not judged"
+                )
+            elif value is None:
                 row.reasons = [INVALID]
             elif isinstance(value, FactCandidate):
                 reasons = judge_fact(value, ctx.rows, project_id=ctx.project_id, threshold=ctx.threshold)

@@ -170,6 +170,8 @@ MEMORY_ROOT = Path(env_str("MEMORY_ROOT", str(VAR_DIR / "memory")))
 # auto: accepted candidates go live at once; manual: they wait for a reviewer.
 MEMORY_REVIEW_MODE = env_str("MEMORY_REVIEW_MODE", "auto")
 MEMORY_CONFIDENCE_THRESHOLD = env_float("MEMORY_CONFIDENCE_THRESHOLD", 0.7)
+# Candidates of one extraction run beyond this many are recorded as invalid, not judged.
+MEMORY_MAX_CANDIDATES_PER_RUN = env_int("MEMORY_MAX_CANDIDATES_PER_RUN", 100)
 MEMORY_DEBOUNCE_SECONDS = env_float("MEMORY_DEBOUNCE_SECONDS", 30.0)
 # How long a process waits for another one's per-user lock before giving up.
 MEMORY_LOCK_TIMEOUT = env_float("MEMORY_LOCK_TIMEOUT", 30.0)

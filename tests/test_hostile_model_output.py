@@ -126,15 +126,28 @@ def test_a_summary_with_injected_authority_is_rejected() -> None:
 
 
 @pytest.mark.slow
-def test_ten_thousand_candidates_are_each_judged_without_failing_the_run() -> None:
+def test_ten_thousand_candidates_are_recorded_and_only_the_first_hundred_judged() -> None:
     facts = [fact(key=f"k{i}", content=f"Fact {i}.", confidence=(1.2 if i % 3 == 0 else 0.9)) for i in range(10_000)]
     started = time.monotonic()
     result = run({"facts": facts})
     seconds = time.monotonic() - started
     assert result.status == "succeeded"
-    total = Candidate.objects.count()
-    assert total <= 10_000
-    invalid = sum(1 for reasons in Candidate.objects.values_list("reasons", flat=True) if "invalid" in reasons)
-    assert invalid >= 1
-    assert seconds < 120, f"judging 10,000 candidates took {seconds:.1f}s"
-    print(f"10,000 candidates: {total} recorded, {result.saved} saved in {seconds:.1f}s")
+    assert Candidate.objects.count() == 10_000, "nothing the model sent is thrown away"
+    judged = Candidate.objects.filter(position__lt=100)
+    assert judged.filter(verdict="accepted").count() == 66  # 100 minus the 34 with confidence 1.2
+    assert all(
+        reasons == ["invalid"] for reasons in judged.filter(verdict="rejected").values_list("reasons", flat=True)
+    )
+    flooded = Candidate.objects.filter(position__gte=100)
+    assert set(flooded.values_list("verdict", flat=True)) == {"rejected"}
+    assert "MEMORY_MAX_CANDIDATES_PER_RUN" in flooded.first().validation_error
+    assert result.saved == 66 and FactCard.objects.count() == 66
+    assert seconds < 120, f"recording 10,000 candidates took {seconds:.1f}s"
+    print(f"10,000 candidates: 10,000 recorded, 100 judged, {result.saved} saved in {seconds:.1f}s")
+
+
+def test_the_candidate_limit_is_a_setting(settings) -> None:
+    settings.MEMORY_MAX_CANDIDATES_PER_RUN = 2
+    result = run({"facts": [fact(key=f"k{i}", content=f"Fact {i}.") for i in range(3)]})
+    assert [c.verdict for c in result.candidates] == ["accepted", "accepted", "rejected"]
+    assert result.candidates[2].reasons == ["invalid"]

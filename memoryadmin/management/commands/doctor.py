@@ -77,7 +77,12 @@ class Doctor:
                 f"budgets are {budget}/{correction}: need MEMORY_CONTEXT_BUDGET > 0 and "
                 "0 ≤ MEMORY_CORRECTION_BUDGET ≤ MEMORY_CONTEXT_BUDGET",
             )
-        for name in ("API_MAX_BODY_BYTES", "API_MAX_MESSAGES", "API_MAX_MESSAGE_CHARS"):
+        for name in (
+            "API_MAX_BODY_BYTES",
+            "API_MAX_MESSAGES",
+            "API_MAX_MESSAGE_CHARS",
+            "MEMORY_MAX_CANDIDATES_PER_RUN",
+        ):
             if getattr(settings, name, 1) <= 0:
                 self.fail("settings", f"{name} must be positive")
         if not any(f.check == "settings" and f.level == "fail" for f in self.findings[before:]):
