@@ -344,13 +344,15 @@ def _yaml_lines(meta: dict[str, Any], depth: int = 0) -> list[str]:
     indent = "  " * depth
     lines = []
     for name, value in meta.items():
-        if isinstance(value, dict) and value:
-            lines.append(f"{indent}{name}:\n")
+        # A key is a scalar too: `no`, `null` or `1` as a key is quoted like the value would be.
+        key = _yaml_scalar(name) if type(name) is str else None
+        if key is not None and isinstance(value, dict) and value:
+            lines.append(f"{indent}{key}:\n")
             lines.extend(_yaml_lines(value, depth + 1))
             continue
-        text = _yaml_scalar(value)
+        text = _yaml_scalar(value) if key is not None else None
         if text is not None:
-            lines.append(f"{indent}{name}: {text}\n")
+            lines.append(f"{indent}{key}: {text}\n")
             continue
         # As `_yaml` writes it at this depth (its line width counts the indent).
         wrapped: dict[str, Any] = {name: value}
