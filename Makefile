@@ -62,10 +62,10 @@ test-postgres: venv browser-deps
 soak: venv
 	@mkdir -p test-artifacts
 	CRASH_KILLS=300 CONCURRENCY_INCREMENTS=200 WORKER_JOBS=600 REBUILD_KILLS=60 FUZZ_SCALE=10 \
-	  RELIABILITY_LOG=test-artifacts/reliability.jsonl \
+	  CONCURRENCY_WEB_REQUESTS=200 RELIABILITY_LOG=test-artifacts/reliability.jsonl \
 	  $(VENV)/bin/pytest -q tests/test_crash_writer.py tests/test_crash_rebuild.py \
-	  tests/test_concurrency_writers.py tests/test_concurrency_worker.py tests/test_properties_store.py \
-	  tests/test_fuzz_frontmatter.py tests/test_fuzz_api.py
+	  tests/test_concurrency_writers.py tests/test_concurrency_worker.py tests/test_concurrency_web.py \
+	  tests/test_properties_store.py tests/test_fuzz_frontmatter.py tests/test_fuzz_api.py
 
 # Benchmarks print their figures; they are not timed unit tests.
 bench: venv

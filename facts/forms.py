@@ -85,6 +85,9 @@ class CorrectForm(forms.Form):
     category = forms.ChoiceField(choices=choices(Category))
     confidence = forms.FloatField(min_value=0, max_value=1)
     reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
+    # The card's revision the form was shown for: a correction of an older revision is
+    # refused (someone else's change in between would be silently overwritten).
+    revision = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
 
     def clean_content(self) -> str:
         value = self.cleaned_data["content"].strip()

@@ -327,15 +327,27 @@ def fact_detail(request: HttpRequest, fact_id: str) -> HttpResponse:
         "usage": usage,
         "run": run,
         "evidence_row": evidence_row(run, row.source_message_id, row.evidence_text) if run else None,
-        "correct_form": CorrectForm(
-            initial={"content": row.content, "key": row.key, "category": row.category, "confidence": row.confidence}
-        ),
+        "correct_form": correct_form_for(row),
         "expire_form": ExpireForm(),
         "review_form": ReviewByForm(initial={"review_by": row.review_by.date() if row.review_by else None}),
         "reason_form": OptionalReasonForm(),
         "now": timezone.now(),
     }
     return render(request, "facts/detail.html", ctx)
+
+
+def correct_form_for(row: FactCard) -> CorrectForm:
+    """The Correct form, filled from the card file (what a correction will be checked
+    against: its revision), or from the mirror row when the file cannot be read."""
+    from .store import get_store
+
+    try:
+        card: Card | FactCard | None = get_store().read_card(bucket_of(row), row.id)
+    except (CardParseError, InvalidId):
+        card = None
+    source = card or row
+    fields = ("content", "key", "category", "confidence", "revision")
+    return CorrectForm(initial={name: getattr(source, name) for name in fields})
 
 
 def evidence_row(run: ExtractionRun, message_id: str, evidence: str) -> dict[str, Any] | None:
@@ -393,8 +405,14 @@ def fact_correct(request: HttpRequest, fact_id: str) -> HttpResponse:
         messages.error(request, "Not corrected: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
         return redirect("fact_detail", fact_id=row.id)
     data = form.cleaned_data
+    shown = data.get("revision")
 
     def change(card: Card) -> Card:
+        if shown is not None and card.revision != shown:
+            raise RevisionConflict(
+                f"the fact changed since you opened it (revision {shown}, now {card.revision}); "
+                "reload it and apply your correction again"
+            )
         return card.model_copy(
             update={
                 "content": data["content"],

@@ -112,6 +112,34 @@ def test_correcting_writes_a_new_revision_through_the_writer(reviewer_client: Cl
     assert "Prefers spaces." in page and "Revision 2 · reviewer" in page
 
 
+def test_a_correction_of_an_older_revision_is_refused(reviewer_client: Client, make_card, store: Store) -> None:
+    # Two curators open revision 1; the second one's correction must not silently
+    # overwrite the first one's (found by tests/test_concurrency_web.py: lost increments).
+    card = save_card(make_card(content="Prefers tabs."), actor="t")
+    page = reviewer_client.get(f"/facts/{card.id}/").content.decode()
+    assert 'name="revision" value="1"' in page
+    assert correct(reviewer_client, card, content="Prefers spaces.", revision="1").status_code == 302
+    response = correct(reviewer_client, card, content="Prefers two spaces.", revision="1")
+    assert response.status_code == 302
+    current = store.read_card(Bucket.of(card), card.id)
+    assert (current.content, current.revision) == ("Prefers spaces.", 2)
+    assert "changed since you opened it (revision 1, now 2)" in reviewer_client.get(response.url).content.decode()
+    assert AuditEvent.objects.filter(action="correct", target=card.id).count() == 1
+    assert correct(reviewer_client, card, content="Prefers two spaces.", revision="2").status_code == 302
+    assert store.read_card(Bucket.of(card), card.id).content == "Prefers two spaces."
+
+
+def test_the_correct_form_carries_the_revision_of_the_file(reviewer_client: Client, make_card, store: Store) -> None:
+    # A mirror row behind its file (a crash between the two) must not make every
+    # correction a conflict: the form is filled from the file.
+    card = save_card(make_card(content="Prefers tabs."), actor="t")
+    store.write_card(card.model_copy(update={"revision": 2, "content": "Prefers tabs, edited by hand."}))
+    page = reviewer_client.get(f"/facts/{card.id}/").content.decode()
+    assert 'name="revision" value="2"' in page and "Prefers tabs, edited by hand.</textarea>" in page
+    assert correct(reviewer_client, card, revision="2").status_code == 302
+    assert store.read_card(Bucket.of(card), card.id).revision == 3
+
+
 def test_a_correction_needs_a_reason(reviewer_client: Client, make_card) -> None:
     card = save_card(make_card(content="Prefers tabs."), actor="t")
     correct(reviewer_client, card, reason="")

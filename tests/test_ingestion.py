@@ -212,6 +212,21 @@ def test_with_the_database_backend_the_task_waits_for_the_window(settings: Any) 
     assert task.args_kwargs["args"] == ["alice", "coder", "t1"]
 
 
+def test_the_task_is_never_due_before_the_window_the_worker_checks(settings: Any, openai_stub: OpenAIStub) -> None:
+    # `received_at` is set a little after the moment the turn was scheduled from; a task
+    # due before `received_at + debounce` found the window open and nothing ran the
+    # thread again (found reading the code for tests/test_concurrency_web.py).
+    from django_tasks_db.models import DBTaskResult
+
+    settings.TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+    openai_stub.reply_tool_call({"facts": [fact()]})
+    record_turn(**THREAD, messages=turn())
+    record_turn(**THREAD, messages=turn("我也常用 Go 写小工具", "u2", "a2"))
+    last = DBTaskResult.objects.order_by("run_after").last()
+    assert last.run_after >= Turn.objects.latest("received_at").received_at + timedelta(seconds=30)
+    assert process_thread(**THREAD, now=last.run_after).status == "done"
+
+
 def test_run_turns_now_replays_model_output_without_calling_a_model(openai_stub: OpenAIStub) -> None:
     result = run_turns_now(**THREAD, messages=turn(), model_output={"facts": [fact()]})
     assert result.saved == 1 and result.roles == ["user", "assistant"]
