@@ -268,9 +268,19 @@ def profile_rows(profile: Profile, path: str, digest: str) -> list[ProfileSectio
     return rows
 
 
+_SECTION_FIELDS = ["group", "summary", "updated_at", "source", "revision", "path", "file_sha256"]
+
+
 def mirror_profile(profile: Profile, path: str, digest: str) -> None:
-    ProfileSection.objects.filter(user_id=profile.user_id).delete()
-    ProfileSection.objects.bulk_create(profile_rows(profile, path, digest))
+    """The profile's rows, as an upsert: two transactions mirroring the same profile at
+    once (a commit and a rebuild's catch-up) must not both insert a section — with a
+    delete-then-insert, PostgreSQL raised a unique violation (found by
+    tests/test_concurrency_web.py)."""
+    rows = profile_rows(profile, path, digest)
+    ProfileSection.objects.filter(user_id=profile.user_id).exclude(name__in=[r.name for r in rows]).delete()
+    ProfileSection.objects.bulk_create(
+        rows, update_conflicts=True, unique_fields=["user_id", "name"], update_fields=_SECTION_FIELDS
+    )
 
 
 def commit_profile(
