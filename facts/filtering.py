@@ -158,11 +158,9 @@ def to_message(raw: BaseMessage | Mapping[str, Any]) -> BaseMessage:
             raise ValueError("a message needs a 'role' (or 'type')")
         data.setdefault("content", "")
         return convert_to_messages([data])[0]
-    except (KeyError, TypeError, NotImplementedError) as exc:
-        raise ValueError(str(exc)) from None
     except ValueError:
         raise
-    except Exception as exc:  # pydantic errors of the message classes
+    except Exception as exc:  # the converters' KeyError/TypeError, an unknown role, pydantic errors
         raise ValueError(str(exc)) from None
 
 

@@ -254,8 +254,9 @@ def record_turn(
         if fresh or flush:
             # The window is counted from the row's `received_at` (set by the database
             # layer a little after `now`): a task due before it would find the window
-            # still open, and nothing would run the thread again.
-            at = None if flush else (row.received_at if fresh else now) + _debounce()
+            # still open, and nothing would run the thread again. (No fresh messages
+            # means a flush: it runs now.)
+            at = None if flush else row.received_at + _debounce()
             schedule(turn.user_id, turn.agent_name, turn.thread_id, at=at)
     return Receipt(accepted=len(fresh), turn_ids=turn_ids)
 

@@ -42,7 +42,17 @@ from .forms import (
     ReviewByForm,
 )
 from .models import AuditEvent, Candidate, ExtractionRun, FactCard, FactRevision, FactUsage, ProfileSection
-from .store import Bucket, Card, CardParseError, InvalidId, RevisionConflict, check_fact_id, now_utc, parse_card
+from .store import (
+    Bucket,
+    Card,
+    CardParseError,
+    InvalidId,
+    RevisionConflict,
+    check_fact_id,
+    get_store,
+    now_utc,
+    parse_card,
+)
 
 PAGE_SIZE = 50
 # Bounds staleness after changes that leave no trace in the fingerprint (a CLI reindex).
@@ -339,8 +349,6 @@ def fact_detail(request: HttpRequest, fact_id: str) -> HttpResponse:
 def correct_form_for(row: FactCard) -> CorrectForm:
     """The Correct form, filled from the card file (what a correction will be checked
     against: its revision), or from the mirror row when the file cannot be read."""
-    from .store import get_store
-
     try:
         card: Card | FactCard | None = get_store().read_card(bucket_of(row), row.id)
     except (CardParseError, InvalidId):
@@ -373,10 +381,13 @@ def apply_change(
     action: str,
     reason: str,
     done: str,
+    expected_revision: int | None = None,
     **details: Any,
 ) -> HttpResponse:
     try:
-        card = writer.update_card(bucket_of(row), row.id, change, actor=actor_of(request), reason=reason)
+        card = writer.update_card(
+            bucket_of(row), row.id, change, actor=actor_of(request), reason=reason, expected_revision=expected_revision
+        )
     except (RevisionConflict, CardParseError, InvalidId, ValueError) as exc:
         messages.error(request, f"Nothing was changed: {exc}")
         return redirect("fact_detail", fact_id=row.id)
@@ -405,14 +416,8 @@ def fact_correct(request: HttpRequest, fact_id: str) -> HttpResponse:
         messages.error(request, "Not corrected: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
         return redirect("fact_detail", fact_id=row.id)
     data = form.cleaned_data
-    shown = data.get("revision")
 
     def change(card: Card) -> Card:
-        if shown is not None and card.revision != shown:
-            raise RevisionConflict(
-                f"the fact changed since you opened it (revision {shown}, now {card.revision}); "
-                "reload it and apply your correction again"
-            )
         return card.model_copy(
             update={
                 "content": data["content"],
@@ -429,6 +434,7 @@ def fact_correct(request: HttpRequest, fact_id: str) -> HttpResponse:
         action=AuditEvent.Action.CORRECT,
         reason=data["reason"],
         done="Corrected: a new revision was written.",
+        expected_revision=data.get("revision"),
     )
 
 
@@ -544,8 +550,6 @@ def fact_revert(request: HttpRequest, fact_id: str, revision: int) -> HttpRespon
 
 def erase(request: HttpRequest, rows: Iterable[FactCard], *, reason: str) -> int:
     """Delete cards for good: files, mirror rows and their stored revisions (the text)."""
-    from .store import get_store
-
     store = get_store()
     ops = []
     for row in rows:
@@ -730,8 +734,6 @@ def resolve_conflict(request: HttpRequest) -> HttpResponse:
     if len(others) != len(set(other_ids) - {keep.id}) or any(bucket_of(o) != bucket_of(keep) for o in others):
         raise Http404("cards of another scope")
     reason = form.cleaned_data.get("reason") or f"conflict resolved in favour of {keep.id}"
-    from .store import get_store
-
     store = get_store()
     puts = []
     for row in others:

@@ -222,14 +222,23 @@ def update_card(
     *,
     actor: str,
     reason: str = "",
+    expected_revision: int | None = None,
     store: Store | None = None,
 ) -> Card:
-    """Read-modify-write of one card under its lock: no update can be lost."""
+    """Read-modify-write of one card under its lock: no update can be lost.
+
+    `expected_revision`: the revision the caller showed someone (a form); a card that has
+    moved on since is refused rather than changed on top of what they never saw."""
     store = store or get_store()
     with store.lock(bucket):
         current = store.read_card(bucket, fact_id)
         if current is None:
             raise RevisionConflict(f"{fact_id} does not exist")
+        if expected_revision is not None and current.revision != expected_revision:
+            raise RevisionConflict(
+                f"the fact changed since you opened it (revision {expected_revision}, now {current.revision}); "
+                "reload it and apply your correction again"
+            )
         updated = change(current.model_copy(deep=True))
         updated = updated.model_copy(update={"updated_at": now_utc()}) if updated != current else updated
         if updated == current:
@@ -268,7 +277,7 @@ def profile_rows(profile: Profile, path: str, digest: str) -> list[ProfileSectio
     return rows
 
 
-_SECTION_FIELDS = ["group", "summary", "updated_at", "source", "revision", "path", "file_sha256"]
+_SECTION_FIELDS = [f.name for f in ProfileSection._meta.concrete_fields if f.name not in {"id", "user_id", "name"}]
 
 
 def mirror_profile(profile: Profile, path: str, digest: str) -> None:
