@@ -196,12 +196,16 @@ def main() -> None:
             warm_up()
             started = time.perf_counter()
             cpu_started = time.process_time()
+            usage_started = resource.getrusage(resource.RUSAGE_SELF)
             total, saved = ingest(turns)
             elapsed = time.perf_counter() - started
             cpu = time.process_time() - cpu_started
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            split = f"user {usage.ru_utime - usage_started.ru_utime:.2f} s, system {usage.ru_stime - usage_started.ru_stime:.2f} s; "
             rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         else:
             total, saved, elapsed, cpu, rss_mb = ingest_in_processes(turns, args.processes)
+            split = ""
         accepted = Candidate.objects.filter(verdict="accepted").count()
         reasons: dict[str, int] = {}
         for codes in Candidate.objects.values_list("reasons", flat=True):
@@ -218,7 +222,8 @@ def main() -> None:
         print(f"elapsed: {elapsed:.2f} s  throughput: {total / elapsed:,.0f} candidates/s (target ≥ 1,000)")
         print(f"per run: {elapsed / len(turns) * 1000:.1f} ms  peak RSS: {rss_mb:.0f} MB (target ≤ 400)")
         print(
-            f"CPU time: {cpu:.2f} s ({total / cpu:,.0f} candidates per CPU-second; load average {os.getloadavg()[0]:.1f})"
+            f"CPU time: {cpu:.2f} s ({split}{total / cpu:,.0f} candidates per CPU-second; "
+            f"load average {os.getloadavg()[0]:.1f})"
         )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

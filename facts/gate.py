@@ -12,7 +12,7 @@ import functools
 import math
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -214,9 +214,8 @@ class _Plan:
         self.put(updated, card.revision)
         return updated
 
-    def commit(self, *, actor: str, reason: str) -> None:
-        if self.ops:
-            writer.commit(list(self.ops.values()), actor=actor, reason=reason, store=self.store)
+    def commit(self, *, actor: str, reason: str, record: Callable[[], None] | None = None) -> None:
+        writer.commit(list(self.ops.values()), actor=actor, reason=reason, store=self.store, record=record)
 
 
 # --- recording + applying a run ---------------------------------------------------
@@ -347,14 +346,21 @@ def _find_confirmed(plan: _Plan, confirmation: Confirmation, ctx: Context) -> tu
 
 
 def apply_run(
-    run: ExtractionRun, parsed: Iterable[Parsed], ctx: Context, *, store: Store | None = None, save: bool = True
+    run: ExtractionRun,
+    parsed: Iterable[Parsed],
+    ctx: Context,
+    *,
+    store: Store | None = None,
+    record: Callable[[list[Candidate]], None] | None = None,
 ) -> list[Candidate]:
     """Judge, record and (in auto mode) apply every candidate of one run.
 
     Nothing the model proposed is thrown away: invalid and rejected candidates are
-    stored with their raw form for review. Card writes go out in one `writer.commit`,
-    profile changes in one `writer.commit_profile`. With ``save=False`` the caller
-    saves the returned Candidate rows (in its own transaction).
+    stored with their raw form for review. Profile changes go out in one
+    `writer.commit_profile`, then card writes in one `writer.commit`. `record(rows)`
+    saves the Candidate rows (default: `bulk_create`), with whatever else the caller
+    wants committed with them; it runs in the transaction of the cards' mirror rows,
+    which commits only once the card files are durable.
     """
     store = store or get_store()
     at = (ctx.now or now_utc()).replace(microsecond=0)
@@ -434,13 +440,17 @@ def apply_run(
             accepted = not row.reasons
             row.verdict = Candidate.Verdict.ACCEPTED if accepted else Candidate.Verdict.REJECTED
             row.review_state = _initial_review_state(accepted, row.reasons, auto)
-        plan.commit(actor="extraction", reason=f"run {run.pk}")
         for row, card in applied:
             row.fact_id = card.id
+        # The profile first: should its write fail, no candidate is recorded yet and
+        # the run can be retried as a whole.
         if summaries:
             _write_summaries(ctx.user_id, summaries, run, ctx, at, store)
-    if save:
-        Candidate.objects.bulk_create(rows)
+        plan.commit(
+            actor="extraction",
+            reason=f"run {run.pk}",
+            record=lambda: record(rows) if record is not None else Candidate.objects.bulk_create(rows),
+        )
     return rows
 
 

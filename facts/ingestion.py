@@ -497,13 +497,16 @@ def run_pipeline(
     ctx = gate.Context.from_settings(
         user_id=user_id, agent_name=agent_name, thread_id=thread_id, project_id=project_id or None, rows=rows, now=now
     )
-    candidates = gate.apply_run(run, parsed, ctx, save=False)
-    # Candidates, extracted ids and the run's outcome commit together.
-    with transaction.atomic():
+
+    def record(candidates: list[Candidate]) -> None:
+        # Candidates, extracted ids and the run's outcome commit together, with the
+        # mirror rows of the cards they produced, once those are on disk.
         bulk.insert(Candidate, candidates)
         _mark_extracted(run, user_id, agent_name, thread_id, fed)
         _finish(run, ExtractionRun.Status.SUCCEEDED, started)
         _mark_turns(turn_ids, Turn.Status.DONE, run)
+
+    candidates = gate.apply_run(run, parsed, ctx, record=record)
     result.candidates = [CandidateSummary(c.kind, c.key, c.section, c.verdict, list(c.reasons)) for c in candidates]
     result.saved = sum(1 for c in candidates if c.kind == Candidate.Kind.FACT and c.verdict == "accepted" and c.fact_id)
     return result

@@ -513,30 +513,47 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _makedirs(path: Path) -> None:
-    """Create missing folders and fsync each new one's parent, so a new card survives a crash."""
+def _create_folders(path: Path) -> list[Path]:
+    """Create the missing folders of `path`, top down; returns the folders whose new
+    entries still need an fsync (the parent of each folder created)."""
     missing: list[Path] = []
     cursor = path
     while not cursor.exists():
         missing.append(cursor)
         cursor = cursor.parent
+    parents: list[Path] = []
     for folder in reversed(missing):
         try:
             folder.mkdir()
         except FileExistsError:
             continue
-        _fsync_dir(folder.parent)
+        parents.append(folder.parent)
+    return parents
 
 
-def _replace_synced(path: Path, data: str) -> None:
-    """Temp file in the same folder → fsync → os.replace (the folder is not fsynced yet)."""
-    _makedirs(path.parent)
+def _makedirs(path: Path) -> None:
+    """Create missing folders and fsync each new one's parent, so a new card survives a crash."""
+    for parent in _create_folders(path):
+        _fsync_dir(parent)
+
+
+def _write_temp(path: Path, data: str) -> str:
+    """`data` in a fsynced temp file beside `path`; returns the temp file's name."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX, suffix=path.suffix)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+    except BaseException:
+        with suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return tmp
+
+
+def _rename(tmp: str, path: Path) -> None:
+    try:
         os.replace(tmp, path)
     except BaseException:
         with suppress(FileNotFoundError):
@@ -546,7 +563,8 @@ def _replace_synced(path: Path, data: str) -> None:
 
 def atomic_write(path: Path, data: str) -> None:
     """Temp file in the same folder → fsync → os.replace → fsync the folder."""
-    _replace_synced(path, data)
+    _makedirs(path.parent)
+    _rename(_write_temp(path, data), path)
     _fsync_dir(path.parent)
 
 
@@ -563,49 +581,87 @@ def _pool() -> ThreadPoolExecutor:
         return _write_pool
 
 
+def _each(function: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+    """`function` over `items` on the write pool (in the calling thread for one item);
+    each result is the value or the exception it raised."""
+
+    def call(item: Any) -> Any:
+        try:
+            return function(item)
+        except Exception as exc:
+            return exc
+
+    return list(_pool().map(call, items)) if len(items) > 1 else [call(item) for item in items]
+
+
 def atomic_write_many(
     items: Sequence[tuple[Path, str]], *, while_waiting: Callable[[], None] | None = None
 ) -> list[BaseException | None]:
     """`atomic_write` for a batch of files: one error (or None) per item, in order.
 
-    Each file still gets its own temp file, fsync and rename, and the call returns only
-    once every folder involved has been fsynced, so each write is exactly as durable as
-    with `atomic_write`. Two things make a batch much cheaper than a loop: the files'
-    fsyncs run side by side (the file system commits them together), and a folder
-    holding several of the files is fsynced once instead of once per file.
-    `while_waiting` runs on the calling thread while the disk works.
+    Each file still gets its own fsynced temp file and rename, and the call returns
+    only once every folder involved has been fsynced, so each write is exactly as
+    durable as with `atomic_write`. The batch is cheaper than a loop because it runs
+    in phases: every temp file is written and fsynced side by side (the file system
+    commits them together), then all are renamed, then each folder holding one of them
+    (and each folder that gained a new subfolder) is fsynced once. Ext4's journal is
+    shared, so the first folder fsync commits every rename and the others are nearly
+    free; a loop would commit the journal twice per file. `while_waiting` runs on the
+    calling thread while the disk works on the temp files.
     """
-
-    def replace(item: tuple[Path, str]) -> BaseException | None:
+    # New folders are created here, first; their parents join the folders fsynced at
+    # the end, so cards landing in twenty new shard folders fsync `facts/` once.
+    new_entries: dict[Path, list[Path]] = {}  # folder → the parents it created entries in
+    unusable: dict[Path, BaseException] = {}
+    for folder in dict.fromkeys(path.parent for path, _ in items):
         try:
-            _replace_synced(*item)
+            new_entries[folder] = _create_folders(folder)
         except Exception as exc:
-            return exc
-        return None
+            unusable[folder] = exc
 
-    def sync(folder: Path) -> BaseException | None:
-        try:
-            _fsync_dir(folder)
-        except Exception as exc:
-            return exc
-        return None
+    def write(item: tuple[Path, str]) -> str:
+        path, data = item
+        if path.parent in unusable:
+            raise unusable[path.parent]
+        return _write_temp(path, data)
 
-    # A path named twice keeps its order (the last version wins): no parallel renames.
-    parallel = len(items) > 1 and len({path for path, _ in items}) == len(items)
-    if parallel:
-        futures = [_pool().submit(replace, item) for item in items]
+    # The callback's failure is raised once the batch is complete: never with writes in
+    # flight, never with temp files left unrenamed.
+    failure: BaseException | None = None
+    futures = [_pool().submit(write, item) for item in items] if len(items) > 1 else []
+    if while_waiting is not None:
         try:
-            if while_waiting is not None:
-                while_waiting()
-        finally:
-            errors = [future.result() for future in futures]  # never return with writes in flight
-    else:
-        if while_waiting is not None:
             while_waiting()
-        errors = [replace(item) for item in items]
-    folders = sorted({path.parent for (path, _), error in zip(items, errors, strict=True) if error is None})
-    synced = dict(zip(folders, _pool().map(sync, folders) if len(folders) > 1 else map(sync, folders), strict=True))
-    return [error or synced[path.parent] for (path, _), error in zip(items, errors, strict=True)]
+        except BaseException as exc:
+            failure = exc
+    temps: list[Any] = [f.exception() or f.result() for f in futures] if futures else _each(write, items)
+    # Renamed in order, on this thread: a path named twice ends with its last version.
+    results: list[BaseException | None] = []
+    for (path, _), temp in zip(items, temps, strict=True):
+        if isinstance(temp, BaseException):
+            results.append(temp)
+            continue
+        try:
+            _rename(temp, path)
+        except Exception as exc:
+            results.append(exc)
+            continue
+        results.append(None)
+    # What each renamed file's durability depends on: its folder and the parents of
+    # the folders created for it.
+    needs = {
+        path.parent: [path.parent, *new_entries[path.parent]]
+        for (path, _), error in zip(items, results, strict=True)
+        if error is None
+    }
+    folders = sorted({folder for group in needs.values() for folder in group})
+    synced = dict(zip(folders, _each(_fsync_dir, folders), strict=True))
+    if failure is not None:
+        raise failure
+    return [
+        error or next((synced[f] for f in needs[path.parent] if synced[f] is not None), None)
+        for (path, _), error in zip(items, results, strict=True)
+    ]
 
 
 def remove_file(path: Path) -> bool:

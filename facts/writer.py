@@ -117,27 +117,46 @@ def _normalize(card: Card) -> Card:
     return card
 
 
+def _mirror(rows: Sequence[FactCard], revisions: Sequence[FactRevision], deleted: Sequence[Card]) -> None:
+    upsert_mirror(rows)
+    if deleted:
+        FactCard.objects.filter(id__in=[c.id for c in deleted]).delete()
+    bulk.insert(FactRevision, revisions, ignore_conflicts=True)
+
+
 def commit(
     ops: Iterable[Put | Delete],
     *,
     actor: str,
     reason: str = "",
     store: Store | None = None,
+    record: Callable[[], None] | None = None,
 ) -> CommitResult:
     """Apply a batch of card writes and deletions.
 
-    Files are written one by one under the locks of every bucket involved; the mirror
-    and the index are then updated once for the whole batch (that batching is what
-    makes thousands of fsynced writes a second possible).
+    Files are written under the locks of every bucket involved; the mirror and the
+    index are then updated once for the whole batch (that batching is what makes
+    thousands of fsynced writes a second possible).
+
+    `record`: the caller's own database writes that belong with this batch (a run's
+    candidates, its turns marked done). They run while the disk works on the files,
+    in the transaction of the mirror rows, which commits only once every file is
+    durable; should any write fail, that transaction is rolled back (the caller's
+    records with it: nothing claims a card that is not on disk) and the files that
+    did reach the disk are mirrored on their own.
     """
     store = store or get_store()
     ops = list(ops)
     if not ops:
+        if record is not None:
+            with transaction.atomic():
+                record()
         return CommitResult()
     ops = [type(op)(_normalize(op.card), op.expected_revision) for op in ops]
     result = CommitResult()
     rows: list[FactCard] = []
     revisions: list[FactRevision] = []
+    mirrored = False
     with store.lock(*{Bucket.of(op.card) for op in ops}), store.commit_gate():
         # Every revision is checked before the first file is written: a conflict on the
         # third card of a batch must not leave the first two written behind the
@@ -164,35 +183,42 @@ def commit(
                     store.delete_card(op.card)
                     result.deleted.append(current)
             puts = [(path, card, dump_card(card)) for _op, path, _current, card in planned if card is not None]
-            # Each file is still written atomically and fsynced; the fsyncs of a batch run
-            # side by side so the file system can commit them together, and each folder
-            # is fsynced once per batch. The listeners prepare (tokenize) meanwhile.
-            errors = atomic_write_many(
-                [(path, text) for path, _card, text in puts],
-                while_waiting=lambda: hooks.cards_writing([card for _path, card, _text in puts]),
-            )
-            failure: BaseException | None = None
-            for (path, card, text), error in zip(puts, errors, strict=True):
-                if error is not None:
-                    failure = failure or error
-                    continue
-                result.written.append(card)
-                rows.append(mirror_row(card, store.relative(path), file_digest(text)))
-                revisions.append(
-                    FactRevision(fact_id=card.id, revision=card.revision, text=text, actor=actor, reason=reason)
-                )
-            if failure is not None:
-                raise failure
-        finally:
+
+            failures: list[BaseException] = []
+
+            def while_writing() -> None:
+                # Raised only once the files that were written are known (and mirrored).
+                try:
+                    hooks.cards_writing([card for _path, card, _text in puts])  # listeners tokenize
+                    if record is not None:
+                        record()
+                except BaseException as exc:
+                    failures.append(exc)
+
             # Mirror and index are updated while the lock is still held, so two writers can
-            # never leave the mirror in the older writer's state. Should a file write fail
-            # half-way (disk full), the files already written still reach mirror and index.
+            # never leave the mirror in the older writer's state.
+            with transaction.atomic():
+                errors = atomic_write_many([(path, text) for path, _card, text in puts], while_waiting=while_writing)
+                for (path, card, text), error in zip(puts, errors, strict=True):
+                    if error is not None:
+                        failures.append(error)
+                        continue
+                    result.written.append(card)
+                    rows.append(mirror_row(card, store.relative(path), file_digest(text)))
+                    revisions.append(
+                        FactRevision(fact_id=card.id, revision=card.revision, text=text, actor=actor, reason=reason)
+                    )
+                if failures:
+                    raise failures[0]
+                _mirror(rows, revisions, result.deleted)
+            mirrored = True
+        finally:
             if result.written or result.deleted:
-                with transaction.atomic():
-                    upsert_mirror(rows)
-                    if result.deleted:
-                        FactCard.objects.filter(id__in=[c.id for c in result.deleted]).delete()
-                    bulk.insert(FactRevision, revisions, ignore_conflicts=True)
+                if not mirrored:
+                    # A file write failed half-way (disk full) or the caller's records did:
+                    # the files already written still reach mirror and index.
+                    with transaction.atomic():
+                        _mirror(rows, revisions, result.deleted)
                 hooks.cards_changed(result.written, result.deleted)
     return result
 

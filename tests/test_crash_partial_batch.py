@@ -26,15 +26,15 @@ def test_a_revision_conflict_late_in_a_batch_writes_nothing(store: Store, make_c
 
 
 def test_a_disk_failure_half_way_still_mirrors_what_was_written(store: Store, make_card, monkeypatch) -> None:
-    real = store_module._replace_synced
+    real = store_module._write_temp
     first, second = make_card(), make_card()
 
     def failing(path, text):
         if path == store.card_path(second):
             raise OSError(28, "No space left on device")
-        real(path, text)
+        return real(path, text)
 
-    monkeypatch.setattr(store_module, "_replace_synced", failing)
+    monkeypatch.setattr(store_module, "_write_temp", failing)
     with pytest.raises(OSError):
         commit([Put(first), Put(second)], actor="x")
     assert FactCard.objects.filter(id=first.id).exists()
@@ -71,3 +71,58 @@ def test_commits_wait_for_a_rebuild_catch_up_and_time_out_cleanly(memory_root, m
         thread.join()
     commit([Put(card)], actor="x", store=store)
     assert store.card_path(card).exists()
+
+
+def test_records_of_a_batch_that_fails_half_way_are_rolled_back(store: Store, make_card, monkeypatch) -> None:
+    """The caller's records commit with the mirror only once every file is on disk."""
+    from facts.models import AuditEvent
+
+    real = store_module._write_temp
+    first, second = make_card(), make_card()
+
+    def failing(path, text):
+        if path == store.card_path(second):
+            raise OSError(28, "No space left on device")
+        return real(path, text)
+
+    monkeypatch.setattr(store_module, "_write_temp", failing)
+
+    def record() -> None:
+        AuditEvent.objects.create(action="test", actor="x")
+
+    with pytest.raises(OSError):
+        commit([Put(first), Put(second)], actor="x", record=record)
+    assert not AuditEvent.objects.filter(action="test").exists(), "a record claimed a batch that did not land"
+    assert FactCard.objects.filter(id=first.id).exists(), "the file that landed is not mirrored"
+    assert mirror_drift(snapshot(store)).clean
+
+
+def test_a_failing_record_still_mirrors_the_files_it_waited_for(store: Store, make_card) -> None:
+    cards = [make_card(), make_card()]
+
+    def record() -> None:
+        raise RuntimeError("the caller's insert failed")
+
+    with pytest.raises(RuntimeError):
+        commit([Put(c) for c in cards], actor="x", record=record)
+    assert all(store.card_path(c).exists() for c in cards)
+    assert FactCard.objects.filter(id__in=[c.id for c in cards]).count() == 2
+    assert mirror_drift(snapshot(store)).clean
+
+
+def test_a_batch_commits_its_records_and_mirror_together(store: Store, make_card) -> None:
+    from facts.models import AuditEvent
+
+    card = make_card()
+    seen: list[bool] = []
+
+    def record() -> None:
+        # Runs while the disk works: the card's mirror row is not there yet.
+        seen.append(FactCard.objects.filter(id=card.id).exists())
+        AuditEvent.objects.create(action="test", actor="x")
+
+    commit([Put(card)], actor="x", record=record)
+    assert seen == [False]
+    assert AuditEvent.objects.filter(action="test").count() == 1 and FactCard.objects.filter(id=card.id).exists()
+    commit([], actor="x", record=record)  # nothing to write: the records still run
+    assert AuditEvent.objects.filter(action="test").count() == 2

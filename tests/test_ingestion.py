@@ -269,3 +269,25 @@ def test_a_failed_flush_waits_for_the_backoff_like_any_turn(openai_stub: OpenAIS
     assert Turn.objects.get().status == "pending"
     assert process_thread(**THREAD, now=later(5)).status == "waiting"
     assert len(openai_stub.requests) == 1
+
+
+def test_a_disk_failure_while_writing_cards_leaves_the_turns_pending(openai_stub: OpenAIStub, monkeypatch) -> None:
+    """Candidates, message ids and the turn's status commit only with card files on disk."""
+    from facts import store as store_module
+
+    def disk_full(path, text):
+        raise OSError(28, "No space left on device")
+
+    openai_stub.reply_tool_call({"facts": [fact()]})
+    record_turn(**THREAD, messages=turn())
+    monkeypatch.setattr(store_module, "_write_temp", disk_full)
+    outcome = process_thread(**THREAD, now=later())
+    assert outcome.status == "failed"
+    stored = Turn.objects.get()
+    assert stored.status == "pending" and "No space left" in stored.error
+    assert Candidate.objects.count() == 0 and ExtractedMessage.objects.count() == 0
+    assert FactCard.objects.count() == 0
+    monkeypatch.undo()
+    openai_stub.reply_tool_call({"facts": [fact()]})
+    assert process_thread(**THREAD, now=later(3600)).status == "done"
+    assert FactCard.objects.count() == 1 and Candidate.objects.get().fact_id == FactCard.objects.get().id

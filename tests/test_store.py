@@ -153,3 +153,22 @@ def test_a_card_needs_a_valid_id(make_card) -> None:
     with pytest.raises(ValueError):
         make_card(id="../../etc/passwd")
     assert isinstance(make_card(), Card)
+
+
+def test_a_batch_fsyncs_each_folder_once_and_each_new_folders_parent_once(tmp_path: Path, monkeypatch) -> None:
+    from facts import store as store_module
+
+    synced: list[Path] = []
+    real = store_module._fsync_dir
+
+    def counting(path: Path) -> None:
+        synced.append(Path(path))
+        real(path)
+
+    monkeypatch.setattr(store_module, "_fsync_dir", counting)
+    facts = tmp_path / "facts"
+    facts.mkdir()
+    items = [(facts / shard_name / f"{i}.md", f"{i}\n") for i, shard_name in enumerate(["aa", "bb", "cc", "aa"])]
+    assert atomic_write_many(items) == [None] * 4
+    assert sorted(synced) == [facts, facts / "aa", facts / "bb", facts / "cc"]
+    assert [path.read_text() for path, _ in items] == ["0\n", "1\n", "2\n", "3\n"]
