@@ -10,6 +10,12 @@ thread scope, transactional, low confidence, missing evidence, duplicates or inv
 values. Every card file is
 written atomically and fsynced; the search index listener is registered as in
 production. Targets on the 2-core machine: ≥ 1,000 candidates/s, peak RSS ≤ 400 MB.
+
+Figures vary by ±15 % between runs here. Runs a few minutes apart on ext4 also pay
+for the previous run's clean-up: ext4 will not reuse an inode deleted in the last
+minutes and scans past them when it allocates one, which doubles the system time.
+`make bench` marks `.bench` with `chattr +T` so each run's folders land in other
+block groups; "system" in the CPU line shows what the kernel took.
 """
 
 from __future__ import annotations

@@ -513,27 +513,27 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _create_folders(path: Path) -> list[Path]:
-    """Create the missing folders of `path`, top down; returns the folders whose new
-    entries still need an fsync (the parent of each folder created)."""
+def _create_folders(path: Path, parents: list[Path]) -> None:
+    """Create the missing folders of `path`, top down, appending to `parents` each
+    folder that gained an entry (and so still needs an fsync) as soon as it has."""
     missing: list[Path] = []
     cursor = path
     while not cursor.exists():
         missing.append(cursor)
         cursor = cursor.parent
-    parents: list[Path] = []
     for folder in reversed(missing):
         try:
             folder.mkdir()
         except FileExistsError:
             continue
         parents.append(folder.parent)
-    return parents
 
 
 def _makedirs(path: Path) -> None:
     """Create missing folders and fsync each new one's parent, so a new card survives a crash."""
-    for parent in _create_folders(path):
+    parents: list[Path] = []
+    _create_folders(path, parents)
+    for parent in parents:
         _fsync_dir(parent)
 
 
@@ -601,41 +601,33 @@ def atomic_write_many(
 
     Each file still gets its own fsynced temp file and rename, and the call returns
     only once every folder involved has been fsynced, so each write is exactly as
-    durable as with `atomic_write`. The batch is cheaper than a loop because it runs
-    in phases: every temp file is written and fsynced side by side (the file system
-    commits them together), then all are renamed, then each folder holding one of them
-    (and each folder that gained a new subfolder) is fsynced once. Ext4's journal is
-    shared, so the first folder fsync commits every rename and the others are nearly
-    free; a loop would commit the journal twice per file. `while_waiting` runs on the
-    calling thread while the disk works on the temp files.
+    durable as with `atomic_write`. A batch runs in phases: the temp files are written
+    and fsynced side by side on the write threads, renamed in order, then
+    each folder holding one of them (and each folder that gained a subfolder) is
+    fsynced once, where a loop of `atomic_write` would fsync a folder per file and
+    the parent of every new folder once per folder. `while_waiting` runs on the
+    calling thread while the disk works on the temp files; its exception is raised
+    once the batch is complete.
     """
-    # New folders are created here, first; their parents join the folders fsynced at
-    # the end, so cards landing in twenty new shard folders fsync `facts/` once.
-    new_entries: dict[Path, list[Path]] = {}  # folder → the parents it created entries in
-    unusable: dict[Path, BaseException] = {}
-    for folder in dict.fromkeys(path.parent for path, _ in items):
-        try:
-            new_entries[folder] = _create_folders(folder)
-        except Exception as exc:
-            unusable[folder] = exc
+    # The write threads create missing folders as they go; every folder that gained a
+    # new subfolder joins the folders fsynced at the end (cards landing in twenty new
+    # shard folders fsync `facts/` once). A list's append is atomic.
+    new_parents: list[Path] = []
 
     def write(item: tuple[Path, str]) -> str:
         path, data = item
-        if path.parent in unusable:
-            raise unusable[path.parent]
+        _create_folders(path.parent, new_parents)
         return _write_temp(path, data)
 
-    # The callback's failure is raised once the batch is complete: never with writes in
-    # flight, never with temp files left unrenamed.
-    failure: BaseException | None = None
     futures = [_pool().submit(write, item) for item in items] if len(items) > 1 else []
+    failure: BaseException | None = None
     if while_waiting is not None:
         try:
             while_waiting()
         except BaseException as exc:
-            failure = exc
+            failure = exc  # raised once the batch is complete: never with writes in flight
     temps: list[Any] = [f.exception() or f.result() for f in futures] if futures else _each(write, items)
-    # Renamed in order, on this thread: a path named twice ends with its last version.
+    # Renamed in order: a path named twice ends with its last version.
     results: list[BaseException | None] = []
     for (path, _), temp in zip(items, temps, strict=True):
         if isinstance(temp, BaseException):
@@ -647,21 +639,16 @@ def atomic_write_many(
             results.append(exc)
             continue
         results.append(None)
-    # What each renamed file's durability depends on: its folder and the parents of
-    # the folders created for it.
-    needs = {
-        path.parent: [path.parent, *new_entries[path.parent]]
-        for (path, _), error in zip(items, results, strict=True)
-        if error is None
-    }
-    folders = sorted({folder for group in needs.values() for folder in group})
+    written = {path.parent for (path, _), error in zip(items, results, strict=True) if error is None}
+    parents = set(new_parents)
+    folders = sorted(written | parents)
     synced = dict(zip(folders, _each(_fsync_dir, folders), strict=True))
     if failure is not None:
         raise failure
-    return [
-        error or next((synced[f] for f in needs[path.parent] if synced[f] is not None), None)
-        for (path, _), error in zip(items, results, strict=True)
-    ]
+    # A new folder's parent that failed to sync fails every file of the batch: which
+    # files depended on it is not worth tracking for an error this rare.
+    parent_error = next((synced[f] for f in sorted(parents) if synced[f] is not None), None)
+    return [error or synced[path.parent] or parent_error for (path, _), error in zip(items, results, strict=True)]
 
 
 def remove_file(path: Path) -> bool:

@@ -184,33 +184,37 @@ def commit(
                     result.deleted.append(current)
             puts = [(path, card, dump_card(card)) for _op, path, _current, card in planned if card is not None]
 
+            # The mirror rows, the history and the caller's records are written while
+            # the disk works, in a transaction that commits only once every file is
+            # durable; should a write fail it is rolled back and what did land is
+            # mirrored on its own (below).
+            rows = [mirror_row(card, store.relative(path), file_digest(text)) for path, card, text in puts]
+            revisions = [
+                FactRevision(fact_id=card.id, revision=card.revision, text=text, actor=actor, reason=reason)
+                for _path, card, text in puts
+            ]
             failures: list[BaseException] = []
 
             def while_writing() -> None:
-                # Raised only once the files that were written are known (and mirrored).
                 try:
                     hooks.cards_writing([card for _path, card, _text in puts])  # listeners tokenize
+                    _mirror(rows, revisions, result.deleted)
                     if record is not None:
                         record()
                 except BaseException as exc:
-                    failures.append(exc)
+                    failures.append(exc)  # raised once the files that landed are known
 
             # Mirror and index are updated while the lock is still held, so two writers can
             # never leave the mirror in the older writer's state.
             with transaction.atomic():
                 errors = atomic_write_many([(path, text) for path, _card, text in puts], while_waiting=while_writing)
-                for (path, card, text), error in zip(puts, errors, strict=True):
-                    if error is not None:
-                        failures.append(error)
-                        continue
-                    result.written.append(card)
-                    rows.append(mirror_row(card, store.relative(path), file_digest(text)))
-                    revisions.append(
-                        FactRevision(fact_id=card.id, revision=card.revision, text=text, actor=actor, reason=reason)
-                    )
+                landed = [error is None for error in errors]
+                result.written = [card for (_path, card, _text), ok in zip(puts, landed, strict=True) if ok]
+                failures.extend(error for error in errors if error is not None)
                 if failures:
+                    rows = [row for row, ok in zip(rows, landed, strict=True) if ok]
+                    revisions = [rev for rev, ok in zip(revisions, landed, strict=True) if ok]
                     raise failures[0]
-                _mirror(rows, revisions, result.deleted)
             mirrored = True
         finally:
             if result.written or result.deleted:

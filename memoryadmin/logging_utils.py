@@ -76,6 +76,9 @@ class PlainFormatter(logging.Formatter):
 def _run_saved(sender: Any, instance: Any, created: bool, **kwargs: Any) -> None:
     if instance.status == "running":
         return
+    level = logging.WARNING if instance.status == "failed" else logging.INFO
+    if not log.isEnabledFor(level):
+        return  # no counting query for an event nobody logs
     from facts.models import Candidate
 
     verdicts = dict(
@@ -87,7 +90,7 @@ def _run_saved(sender: Any, instance: Any, created: bool, **kwargs: Any) -> None
     log_event(
         log,
         "extraction_run",
-        level=logging.WARNING if instance.status == "failed" else logging.INFO,
+        level=level,
         run_id=instance.pk,
         status=instance.status,
         user_id=instance.user_id,
