@@ -8,7 +8,7 @@ import pytest
 
 from facts import store as store_module
 from facts.mirror import mirror_drift, snapshot
-from facts.models import FactCard
+from facts.models import AuditEvent, FactCard
 from facts.store import LockTimeout, RevisionConflict, Store
 from facts.writer import Put, commit, save_card
 
@@ -25,7 +25,12 @@ def test_a_revision_conflict_late_in_a_batch_writes_nothing(store: Store, make_c
     assert mirror_drift(snapshot(store)).clean
 
 
-def test_a_disk_failure_half_way_still_mirrors_what_was_written(store: Store, make_card, monkeypatch) -> None:
+@pytest.mark.parametrize("with_record", [False, True])
+def test_a_disk_failure_half_way_still_mirrors_what_was_written(
+    store: Store, make_card, monkeypatch, with_record: bool
+) -> None:
+    """What landed is mirrored; the caller's records, which commit with the mirror
+    only once every file is on disk, are rolled back."""
     real = store_module._write_temp
     first, second = make_card(), make_card()
 
@@ -34,11 +39,15 @@ def test_a_disk_failure_half_way_still_mirrors_what_was_written(store: Store, ma
             raise OSError(28, "No space left on device")
         return real(path, text)
 
+    def record() -> None:
+        AuditEvent.objects.create(action="test", actor="x")
+
     monkeypatch.setattr(store_module, "_write_temp", failing)
     with pytest.raises(OSError):
-        commit([Put(first), Put(second)], actor="x")
+        commit([Put(first), Put(second)], actor="x", record=record if with_record else None)
     assert FactCard.objects.filter(id=first.id).exists()
     assert not store.card_path(second).exists()
+    assert not AuditEvent.objects.filter(action="test").exists(), "a record claimed a batch that did not land"
     assert mirror_drift(snapshot(store)).clean
 
 
@@ -73,30 +82,6 @@ def test_commits_wait_for_a_rebuild_catch_up_and_time_out_cleanly(memory_root, m
     assert store.card_path(card).exists()
 
 
-def test_records_of_a_batch_that_fails_half_way_are_rolled_back(store: Store, make_card, monkeypatch) -> None:
-    """The caller's records commit with the mirror only once every file is on disk."""
-    from facts.models import AuditEvent
-
-    real = store_module._write_temp
-    first, second = make_card(), make_card()
-
-    def failing(path, text):
-        if path == store.card_path(second):
-            raise OSError(28, "No space left on device")
-        return real(path, text)
-
-    monkeypatch.setattr(store_module, "_write_temp", failing)
-
-    def record() -> None:
-        AuditEvent.objects.create(action="test", actor="x")
-
-    with pytest.raises(OSError):
-        commit([Put(first), Put(second)], actor="x", record=record)
-    assert not AuditEvent.objects.filter(action="test").exists(), "a record claimed a batch that did not land"
-    assert FactCard.objects.filter(id=first.id).exists(), "the file that landed is not mirrored"
-    assert mirror_drift(snapshot(store)).clean
-
-
 def test_a_failing_record_still_mirrors_the_files_it_waited_for(store: Store, make_card) -> None:
     cards = [make_card(), make_card()]
 
@@ -111,8 +96,6 @@ def test_a_failing_record_still_mirrors_the_files_it_waited_for(store: Store, ma
 
 
 def test_a_batch_commits_its_records_and_mirror_together(store: Store, make_card) -> None:
-    from facts.models import AuditEvent
-
     card = make_card()
     seen: list[bool] = []
 
