@@ -20,7 +20,6 @@ import json
 import os
 import re
 import secrets
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -538,13 +537,20 @@ def _makedirs(path: Path) -> None:
 
 
 def _write_temp(path: Path, data: str) -> str:
-    """`data` in a fsynced temp file beside `path`; returns the temp file's name."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX, suffix=path.suffix)
+    """`data` in a fsynced temp file beside `path`; returns the temp file's name.
+
+    Plain `os` calls, each releasing the GIL: the write threads hold it as little as
+    possible while the calling thread works beside them."""
+    tmp = os.path.join(path.parent, f"{TEMP_PREFIX}{secrets.token_hex(8)}{path.suffix}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)  # as mkstemp
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            view = memoryview(data.encode("utf-8"))
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     except BaseException:
         with suppress(FileNotFoundError):
             os.unlink(tmp)

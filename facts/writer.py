@@ -184,10 +184,10 @@ def commit(
                     result.deleted.append(current)
             puts = [(path, card, dump_card(card)) for _op, path, _current, card in planned if card is not None]
 
-            # The mirror rows, the history and the caller's records are written while
-            # the disk works, in a transaction that commits only once every file is
-            # durable; should a write fail it is rolled back and what did land is
-            # mirrored on its own (below).
+            # The caller's records are written while the disk works, the mirror rows
+            # and history once the files are in place, all in one transaction that
+            # commits only when every file is durable; should a write fail it is rolled
+            # back and what did land is mirrored on its own (below).
             rows = [mirror_row(card, store.relative(path), file_digest(text)) for path, card, text in puts]
             revisions = [
                 FactRevision(fact_id=card.id, revision=card.revision, text=text, actor=actor, reason=reason)
@@ -198,7 +198,6 @@ def commit(
             def while_writing() -> None:
                 try:
                     hooks.cards_writing([card for _path, card, _text in puts])  # listeners tokenize
-                    _mirror(rows, revisions, result.deleted)
                     if record is not None:
                         record()
                 except BaseException as exc:
@@ -211,10 +210,13 @@ def commit(
                 landed = [error is None for error in errors]
                 result.written = [card for (_path, card, _text), ok in zip(puts, landed, strict=True) if ok]
                 failures.extend(error for error in errors if error is not None)
+                rows = [row for row, ok in zip(rows, landed, strict=True) if ok]
+                revisions = [rev for rev, ok in zip(revisions, landed, strict=True) if ok]
                 if failures:
-                    rows = [row for row, ok in zip(rows, landed, strict=True) if ok]
-                    revisions = [rev for rev, ok in zip(revisions, landed, strict=True) if ok]
                     raise failures[0]
+                # After the wait, not during it: inserting beside the write threads made
+                # the mirror's statements several times slower on 2 cores.
+                _mirror(rows, revisions, result.deleted)
             mirrored = True
         finally:
             if result.written or result.deleted:

@@ -100,12 +100,12 @@ def test_a_batch_commits_its_records_and_mirror_together(store: Store, make_card
     seen: list[bool] = []
 
     def record() -> None:
-        # Runs while the disk works, in the transaction of the card's mirror row.
-        seen.append(FactCard.objects.filter(id=card.id).exists() and not store.card_path(card).exists())
+        # Runs before the card is on disk, in the transaction its mirror row joins after.
+        seen.append(FactCard.objects.filter(id=card.id).exists() or store.card_path(card).exists())
         AuditEvent.objects.create(action="test", actor="x")
 
     commit([Put(card)], actor="x", record=record)
-    assert seen == [True]
+    assert seen == [False]
     assert AuditEvent.objects.filter(action="test").count() == 1 and FactCard.objects.filter(id=card.id).exists()
     commit([], actor="x", record=record)  # nothing to write: the records still run
     assert AuditEvent.objects.filter(action="test").count() == 2
