@@ -528,14 +528,6 @@ def _create_folders(path: Path, parents: list[Path]) -> None:
         parents.append(folder.parent)
 
 
-def _makedirs(path: Path) -> None:
-    """Create missing folders and fsync each new one's parent, so a new card survives a crash."""
-    parents: list[Path] = []
-    _create_folders(path, parents)
-    for parent in parents:
-        _fsync_dir(parent)
-
-
 def _write_temp(path: Path, data: str) -> str:
     """`data` in a fsynced temp file beside `path`; returns the temp file's name.
 
@@ -568,10 +560,11 @@ def _rename(tmp: str, path: Path) -> None:
 
 
 def atomic_write(path: Path, data: str) -> None:
-    """Temp file in the same folder → fsync → os.replace → fsync the folder."""
-    _makedirs(path.parent)
-    _rename(_write_temp(path, data), path)
-    _fsync_dir(path.parent)
+    """Temp file in the same folder → fsync → os.replace → fsync the folder (and the
+    parent of any folder created for it)."""
+    error = atomic_write_many([(path, data)])[0]
+    if error is not None:
+        raise error
 
 
 _WRITE_THREADS = 8

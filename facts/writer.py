@@ -188,11 +188,6 @@ def commit(
             # and history once the files are in place, all in one transaction that
             # commits only when every file is durable; should a write fail it is rolled
             # back and what did land is mirrored on its own (below).
-            rows = [mirror_row(card, store.relative(path), file_digest(text)) for path, card, text in puts]
-            revisions = [
-                FactRevision(fact_id=card.id, revision=card.revision, text=text, actor=actor, reason=reason)
-                for _path, card, text in puts
-            ]
             failures: list[BaseException] = []
 
             def while_writing() -> None:
@@ -207,11 +202,15 @@ def commit(
             # never leave the mirror in the older writer's state.
             with transaction.atomic():
                 errors = atomic_write_many([(path, text) for path, _card, text in puts], while_waiting=while_writing)
-                landed = [error is None for error in errors]
-                result.written = [card for (_path, card, _text), ok in zip(puts, landed, strict=True) if ok]
-                failures.extend(error for error in errors if error is not None)
-                rows = [row for row, ok in zip(rows, landed, strict=True) if ok]
-                revisions = [rev for rev, ok in zip(revisions, landed, strict=True) if ok]
+                for (path, card, text), error in zip(puts, errors, strict=True):
+                    if error is not None:
+                        failures.append(error)
+                        continue
+                    result.written.append(card)
+                    rows.append(mirror_row(card, store.relative(path), file_digest(text)))
+                    revisions.append(
+                        FactRevision(fact_id=card.id, revision=card.revision, text=text, actor=actor, reason=reason)
+                    )
                 if failures:
                     raise failures[0]
                 # After the wait, not during it: inserting beside the write threads made
