@@ -21,6 +21,7 @@ block groups; "system" in the CPU line shows what the kernel took.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import resource
@@ -78,18 +79,20 @@ def warm_up() -> None:
     )  # fmt: skip
 
 
-def ingest(turns: list[dict]) -> tuple[int, int]:
-    from facts.ingestion import run_turns_now
+def ingest(lines: list[str], batch_size: int) -> tuple[int, int]:
+    """`manage.py ingest`'s own path: parse and validate each JSON line, replay in group commits."""
+    from facts.management.commands.ingest import ingest_lines
 
     total = saved = 0
-    for turn in turns:
-        result = run_turns_now(**turn)
-        total += len(result.candidates)
-        saved += result.saved
+    for number, outcome in ingest_lines(enumerate(lines, start=1), batch_size=batch_size):
+        if isinstance(outcome, ValueError):
+            raise SystemExit(f"line {number}: {outcome}")
+        total += len(outcome["candidates"])
+        saved += outcome["saved"]
     return total, saved
 
 
-def ingest_in_processes(turns: list[dict], processes: int) -> tuple[int, int, float, float, float]:
+def ingest_in_processes(turns: list[dict], batch_size: int, processes: int) -> tuple[int, int, float, float, float]:
     """Fork workers that split the users (per-user locks never contend); time from a barrier."""
     import multiprocessing
 
@@ -102,9 +105,9 @@ def ingest_in_processes(turns: list[dict], processes: int) -> tuple[int, int, fl
 
     def child(index: int) -> None:
         warm_up()
-        mine = [t for t in turns if int(t["user_id"].rsplit("-", 1)[1]) % processes == index]
+        mine = [json.dumps(t) for t in turns if int(t["user_id"].rsplit("-", 1)[1]) % processes == index]
         barrier.wait()
-        results.put(ingest(mine))
+        results.put(ingest(mine, batch_size))
         connections.close_all()
 
     workers = [context.Process(target=child, args=(i,)) for i in range(processes)]
@@ -132,6 +135,9 @@ def main() -> None:
     parser.add_argument("--per-run", type=int, default=25)
     parser.add_argument("--users", type=int, default=20)
     parser.add_argument(
+        "--batch-size", type=int, default=None, help="turns per group commit (default: manage.py ingest's)"
+    )
+    parser.add_argument(
         "--processes", type=int, default=1, help="worker processes (users split between them, as several db_workers)"
     )
     args = parser.parse_args()
@@ -152,6 +158,7 @@ def main() -> None:
     call_command("migrate", verbosity=0)
 
     from facts import hooks
+    from facts.ingestion import REPLAY_BATCH
     from facts.models import Candidate, FactCard
 
     try:
@@ -198,19 +205,21 @@ def main() -> None:
                 }
             )
         listeners = len(hooks._card_listeners)
+        batch_size = args.batch_size or REPLAY_BATCH
         if args.processes <= 1:
+            lines = [json.dumps(t, ensure_ascii=False) for t in turns]
             warm_up()
             started = time.perf_counter()
             cpu_started = time.process_time()
             usage_started = resource.getrusage(resource.RUSAGE_SELF)
-            total, saved = ingest(turns)
+            total, saved = ingest(lines, batch_size)
             elapsed = time.perf_counter() - started
             cpu = time.process_time() - cpu_started
             usage = resource.getrusage(resource.RUSAGE_SELF)
             split = f"user {usage.ru_utime - usage_started.ru_utime:.2f} s, system {usage.ru_stime - usage_started.ru_stime:.2f} s; "
             rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         else:
-            total, saved, elapsed, cpu, rss_mb = ingest_in_processes(turns, args.processes)
+            total, saved, elapsed, cpu, rss_mb = ingest_in_processes(turns, batch_size, args.processes)
             split = ""
         accepted = Candidate.objects.filter(verdict="accepted").count()
         reasons: dict[str, int] = {}
@@ -219,7 +228,7 @@ def main() -> None:
                 reasons[code] = reasons.get(code, 0) + 1
         print(
             f"runs: {len(turns)} × {args.per_run} candidates, {args.users} users × 2 agents, "
-            f"index listeners: {listeners}, processes: {args.processes}"
+            f"index listeners: {listeners}, processes: {args.processes}, turns per group commit: {batch_size}"
         )
         print(f"candidates: {total}  accepted: {accepted}  cards written: {saved}  rejected: {reasons}")
         print(

@@ -187,11 +187,11 @@ class _Plan:
         card = self.store.read_card(bucket, fact_id)
         return card if card is not None and card.status == CardStatus.ACTIVE else None
 
-    def put(self, card: Card, expected: int | None) -> None:
+    def put(self, card: Card, expected: int | None, reason: str = "") -> None:
         previous = self.ops.get(card.id)
-        self.ops[card.id] = writer.Put(card, previous.expected_revision if previous else expected)
+        self.ops[card.id] = writer.Put(card, previous.expected_revision if previous else expected, reason)
 
-    def add_fact(self, bucket: Bucket, card: Card) -> Card:
+    def add_fact(self, bucket: Bucket, card: Card, reason: str = "") -> Card:
         """Write `card`; an active card with the same key is superseded by it."""
         live = self.bucket(bucket)
         old_id = live.keys.get(card.key)
@@ -200,21 +200,21 @@ class _Plan:
             retired = old.model_copy(
                 update={"status": CardStatus.SUPERSEDED, "superseded_by": card.id, "updated_at": card.updated_at}
             )
-            self.put(retired, old.revision)
+            self.put(retired, old.revision, reason)
         if old_id:
             live.remove(old_id)
-        self.put(card, None)
+        self.put(card, None, reason)
         live.add(card.id, card.key, card.content)
         return card
 
-    def confirm(self, bucket: Bucket, card: Card, at: datetime) -> Card:
+    def confirm(self, bucket: Bucket, card: Card, at: datetime, reason: str = "") -> Card:
         updated = card.model_copy(
             update={"last_confirmed_at": at, "confirmation_count": card.confirmation_count + 1, "updated_at": at}
         )
-        self.put(updated, card.revision)
+        self.put(updated, card.revision, reason)
         return updated
 
-    def commit(self, *, actor: str, reason: str, record: Callable[[], None] | None = None) -> None:
+    def commit(self, *, actor: str, reason: str, record: Callable[[], object] | None = None) -> None:
         writer.commit(list(self.ops.values()), actor=actor, reason=reason, store=self.store, record=record)
 
 
@@ -362,95 +362,125 @@ def apply_run(
     wants committed with them; it runs in the transaction of the cards' mirror rows,
     which commits only once the card files are durable.
     """
+    return apply_runs([(run, parsed, ctx)], store=store, record=record)[0]
+
+
+def apply_runs(
+    runs: Sequence[tuple[ExtractionRun, Iterable[Parsed], Context]],
+    *,
+    store: Store | None = None,
+    record: Callable[[list[Candidate]], None] | None = None,
+) -> list[list[Candidate]]:
+    """`apply_run` for several runs at once (a backfill's group commit).
+
+    The runs are judged in order, each seeing what the ones before it accepted (a key
+    they replaced, a content they saved), and their card writes go out in a single
+    `writer.commit`: one batch of files, one transaction for every run's records and
+    mirror rows, one index update. Each card's history names its own run. Returns
+    each run's candidates; `record` gets all of them.
+    """
     store = store or get_store()
+    buckets = set()
+    for _run, _parsed, ctx in runs:
+        buckets.add(Bucket(user_id=ctx.user_id, agent_name=ctx.agent_name))
+        if ctx.project_id:
+            buckets.add(Bucket(project_id=ctx.project_id))
+    with store.lock(*buckets):
+        plan = _Plan(store)
+        judged = [_judge_run(plan, run, parsed, ctx) for run, parsed, ctx in runs]
+        rows = [row for run_rows in judged for row in run_rows]
+        plan.commit(
+            actor="extraction",
+            reason=f"run {runs[0][0].pk}" if len(runs) == 1 else "extraction",
+            record=lambda: record(rows) if record is not None else Candidate.objects.bulk_create(rows),
+        )
+    return judged
+
+
+def _judge_run(plan: _Plan, run: ExtractionRun, parsed: Iterable[Parsed], ctx: Context) -> list[Candidate]:
+    """Judge one run's candidates into `plan`; its profile changes are written now."""
+    store = plan.store
     at = (ctx.now or now_utc()).replace(microsecond=0)
     auto = ctx.mode != REVIEW_MANUAL
-    user_bucket = Bucket(user_id=ctx.user_id, agent_name=ctx.agent_name)
-    buckets = [user_bucket] + ([Bucket(project_id=ctx.project_id)] if ctx.project_id else [])
+    why = f"run {run.pk}"
     rows: list[Candidate] = []
     applied: list[tuple[Candidate, Card]] = []
     summaries: list[tuple[Candidate, SummaryCandidate]] = []
-    with store.lock(*buckets):
-        plan = _Plan(store)
-        profile = store.read_profile(ctx.user_id)
-        for number, item in enumerate(parsed):
-            row = _candidate_row(run, item, ctx)
-            rows.append(row)
-            value = item.value
-            if number >= ctx.max_candidates:
-                # A model that floods a run is not believed past the limit; what it sent
-                # is still recorded for review.
-                row.reasons = [INVALID]
-                row.validation_error = (
-                    f"beyond the limit of {ctx.max_candidates} candidates in one run "
-                    "(MEMORY_MAX_CANDIDATES_PER_RUN): recorded, not judged"
+    profile = store.read_profile(ctx.user_id)
+    for number, item in enumerate(parsed):
+        row = _candidate_row(run, item, ctx)
+        rows.append(row)
+        value = item.value
+        if number >= ctx.max_candidates:
+            # A model that floods a run is not believed past the limit; what it sent
+            # is still recorded for review.
+            row.reasons = [INVALID]
+            row.validation_error = (
+                f"beyond the limit of {ctx.max_candidates} candidates in one run "
+                "(MEMORY_MAX_CANDIDATES_PER_RUN): recorded, not judged"
+            )
+        elif value is None:
+            row.reasons = [INVALID]
+        elif isinstance(value, FactCandidate):
+            reasons = judge_fact(value, ctx.rows, project_id=ctx.project_id, threshold=ctx.threshold)
+            if value.scope != Scope.THREAD:
+                bucket = target_bucket(value.scope, **_ids(ctx))
+                if plan.bucket(bucket).find_content(value.content) is not None:
+                    reasons.append(DUPLICATE)
+            row.reasons = reasons
+            if not reasons and auto:
+                source = Source(
+                    kind=SourceKind.EXTRACTION,
+                    run_id=str(run.pk),
+                    thread_id=ctx.thread_id or None,
+                    message_id=value.evidence_message_id,
+                    evidence_text=value.evidence_text,
                 )
-            elif value is None:
-                row.reasons = [INVALID]
-            elif isinstance(value, FactCandidate):
-                reasons = judge_fact(value, ctx.rows, project_id=ctx.project_id, threshold=ctx.threshold)
-                if value.scope != Scope.THREAD:
-                    bucket = target_bucket(value.scope, **_ids(ctx))
-                    if plan.bucket(bucket).find_content(value.content) is not None:
-                        reasons.append(DUPLICATE)
-                row.reasons = reasons
-                if not reasons and auto:
-                    source = Source(
-                        kind=SourceKind.EXTRACTION,
-                        run_id=str(run.pk),
-                        thread_id=ctx.thread_id or None,
-                        message_id=value.evidence_message_id,
-                        evidence_text=value.evidence_text,
-                    )
-                    card = plan.add_fact(
-                        bucket,
-                        _new_card(
-                            bucket=bucket,
-                            key=value.key,
-                            content=value.content,
-                            category=value.category,
-                            confidence=value.confidence,
-                            at=at,
-                            source=source,
-                        ),
-                    )
-                    applied.append((row, card))
-            elif isinstance(value, SummaryCandidate):
-                reasons = judge_summary(value, ctx.rows)
-                pending = next((s.summary for _, s in reversed(summaries) if s.section == value.section), None)
-                current = pending if pending is not None else profile.section(value.section).summary
-                if current and same_content(current, value.summary):
-                    reasons.append(DUPLICATE)
-                row.reasons = reasons
-                if not reasons and auto:
-                    summaries.append((row, value))
-            else:
-                reasons = judge_confirmation(value, ctx.rows)
-                found = _find_confirmed(plan, value, ctx)
-                if found is None:
-                    reasons.append(INVALID)
-                    row.validation_error = "names no active fact of this user, agent or project"
-                elif any(r.kind == Candidate.Kind.CONFIRMATION and r.fact_id == found[1].id for r in rows[:-1]):
-                    reasons.append(DUPLICATE)
-                if found is not None:
-                    row.fact_id = found[1].id
-                row.reasons = reasons
-                if not reasons and auto and found is not None:
-                    plan.confirm(found[0], found[1], at)
-            accepted = not row.reasons
-            row.verdict = Candidate.Verdict.ACCEPTED if accepted else Candidate.Verdict.REJECTED
-            row.review_state = _initial_review_state(accepted, row.reasons, auto)
-        for row, card in applied:
-            row.fact_id = card.id
-        # The profile first: should its write fail, no candidate is recorded yet and
-        # the run can be retried as a whole.
-        if summaries:
-            _write_summaries(ctx.user_id, summaries, run, ctx, at, store)
-        plan.commit(
-            actor="extraction",
-            reason=f"run {run.pk}",
-            record=lambda: record(rows) if record is not None else Candidate.objects.bulk_create(rows),
-        )
+                card = plan.add_fact(
+                    bucket,
+                    _new_card(
+                        bucket=bucket,
+                        key=value.key,
+                        content=value.content,
+                        category=value.category,
+                        confidence=value.confidence,
+                        at=at,
+                        source=source,
+                    ),
+                    why,
+                )
+                applied.append((row, card))
+        elif isinstance(value, SummaryCandidate):
+            reasons = judge_summary(value, ctx.rows)
+            pending = next((s.summary for _, s in reversed(summaries) if s.section == value.section), None)
+            current = pending if pending is not None else profile.section(value.section).summary
+            if current and same_content(current, value.summary):
+                reasons.append(DUPLICATE)
+            row.reasons = reasons
+            if not reasons and auto:
+                summaries.append((row, value))
+        else:
+            reasons = judge_confirmation(value, ctx.rows)
+            found = _find_confirmed(plan, value, ctx)
+            if found is None:
+                reasons.append(INVALID)
+                row.validation_error = "names no active fact of this user, agent or project"
+            elif any(r.kind == Candidate.Kind.CONFIRMATION and r.fact_id == found[1].id for r in rows[:-1]):
+                reasons.append(DUPLICATE)
+            if found is not None:
+                row.fact_id = found[1].id
+            row.reasons = reasons
+            if not reasons and auto and found is not None:
+                plan.confirm(found[0], found[1], at, why)
+        accepted = not row.reasons
+        row.verdict = Candidate.Verdict.ACCEPTED if accepted else Candidate.Verdict.REJECTED
+        row.review_state = _initial_review_state(accepted, row.reasons, auto)
+    for row, card in applied:
+        row.fact_id = card.id
+    # The profile before the cards: should its write fail, no candidate is recorded yet
+    # and the run can be retried as a whole.
+    if summaries:
+        _write_summaries(ctx.user_id, summaries, run, ctx, at, store)
     return rows
 
 

@@ -432,7 +432,36 @@ def _load(raw: Mapping[str, Any] | BaseMessage) -> BaseMessage:
     return to_message(raw)
 
 
-def run_pipeline(
+@dataclass
+class _Started:
+    """A run recorded as started: its messages filtered, its candidates parsed, not judged."""
+
+    run: ExtractionRun
+    result: RunResult
+    ctx: gate.Context | None  # None: no user words left, nothing to judge
+    parsed: list[Parsed]
+    fed: list[str]  # the message ids it was fed
+    turn_ids: Sequence[int]
+    started: float
+
+    def finish(self) -> None:
+        """The run's outcome, its extracted ids and its turns (in the caller's transaction)."""
+        run = self.run
+        skipped = self.ctx is None
+        _mark_extracted(run, run.user_id, run.agent_name, run.thread_id, self.fed)
+        _finish(run, ExtractionRun.Status.SKIPPED if skipped else ExtractionRun.Status.SUCCEEDED, self.started)
+        _mark_turns(self.turn_ids, Turn.Status.SKIPPED if skipped else Turn.Status.DONE, run)
+
+    def summarize(self, candidates: Sequence[Candidate]) -> RunResult:
+        result = self.result
+        result.candidates = [CandidateSummary(c.kind, c.key, c.section, c.verdict, list(c.reasons)) for c in candidates]
+        result.saved = sum(
+            1 for c in candidates if c.kind == Candidate.Kind.FACT and c.verdict == "accepted" and c.fact_id
+        )
+        return result
+
+
+def _start(
     *,
     user_id: str,
     agent_name: str,
@@ -443,13 +472,10 @@ def run_pipeline(
     model: Any = None,
     now: datetime | None = None,
     turn_ids: Sequence[int] = (),
-) -> RunResult:
-    """filter → extract (or replay `model_output`) → gate → writer, recorded as an ExtractionRun.
+) -> _Started:
+    """filter → extract (or replay `model_output`), recorded as a running ExtractionRun.
 
-    The turns `turn_ids` are marked processed in the transaction that records the run's
-    outcome. Raises `ExtractionError` when the model fails (the run is recorded as
-    failed, the turns are left as they are).
-    """
+    Raises `ExtractionError` when the model fails (the run is recorded as failed)."""
     started = time.perf_counter()
     fresh = _new_messages(user_id, agent_name, thread_id, messages)
     rows: list[Row] = filter_messages(fresh)
@@ -467,12 +493,8 @@ def run_pipeline(
     fed = [m.id for m in fresh if m.id]
     if not has_user_text(rows):
         # No user words left: no model call, nothing to judge.
-        with transaction.atomic():
-            _mark_extracted(run, user_id, agent_name, thread_id, fed)
-            _finish(run, ExtractionRun.Status.SKIPPED, started)
-            _mark_turns(turn_ids, Turn.Status.SKIPPED, run)
         result.status = ExtractionRun.Status.SKIPPED
-        return result
+        return _Started(run, result, None, [], fed, turn_ids, started)
     parsed: list[Parsed]
     if replay:
         try:
@@ -497,19 +519,55 @@ def run_pipeline(
     ctx = gate.Context.from_settings(
         user_id=user_id, agent_name=agent_name, thread_id=thread_id, project_id=project_id or None, rows=rows, now=now
     )
+    return _Started(run, result, ctx, parsed, fed, turn_ids, started)
+
+
+def _apply(started: Sequence[_Started]) -> list[RunResult]:
+    """Gate and write the started runs as one batch; each run's records commit with it."""
+    judged = [s for s in started if s.ctx is not None]
 
     def record(candidates: list[Candidate]) -> None:
-        # Candidates, extracted ids and the run's outcome commit together, with the
+        # Candidates, extracted ids and the runs' outcomes commit together, with the
         # mirror rows of the cards they produced, once those are on disk.
         bulk.insert(Candidate, candidates)
-        _mark_extracted(run, user_id, agent_name, thread_id, fed)
-        _finish(run, ExtractionRun.Status.SUCCEEDED, started)
-        _mark_turns(turn_ids, Turn.Status.DONE, run)
+        for s in started:
+            s.finish()
 
-    candidates = gate.apply_run(run, parsed, ctx, record=record)
-    result.candidates = [CandidateSummary(c.kind, c.key, c.section, c.verdict, list(c.reasons)) for c in candidates]
-    result.saved = sum(1 for c in candidates if c.kind == Candidate.Kind.FACT and c.verdict == "accepted" and c.fact_id)
-    return result
+    outcomes = gate.apply_runs([(s.run, s.parsed, s.ctx) for s in judged if s.ctx], record=record)
+    by_run = {id(s): rows for s, rows in zip(judged, outcomes, strict=True)}
+    return [s.summarize(by_run.get(id(s), [])) for s in started]
+
+
+def run_pipeline(
+    *,
+    user_id: str,
+    agent_name: str,
+    thread_id: str,
+    project_id: str,
+    messages: Sequence[Mapping[str, Any]],
+    model_output: Any = None,
+    model: Any = None,
+    now: datetime | None = None,
+    turn_ids: Sequence[int] = (),
+) -> RunResult:
+    """filter → extract (or replay `model_output`) → gate → writer, recorded as an ExtractionRun.
+
+    The turns `turn_ids` are marked processed in the transaction that records the run's
+    outcome. Raises `ExtractionError` when the model fails (the run is recorded as
+    failed, the turns are left as they are).
+    """
+    started = _start(
+        user_id=user_id,
+        agent_name=agent_name,
+        thread_id=thread_id,
+        project_id=project_id,
+        messages=messages,
+        model_output=model_output,
+        model=model,
+        now=now,
+        turn_ids=turn_ids,
+    )
+    return _apply([started])[0]
 
 
 def _mark_extracted(run: ExtractionRun, user_id: str, agent_name: str, thread_id: str, ids: Iterable[str]) -> None:
@@ -577,3 +635,60 @@ def run_turns_now(
         row.status, row.error = Turn.Status.PENDING, str(exc)[:2000]
         row.save(update_fields=["status", "error"])
         raise
+
+
+# Turns per group commit in `run_replays` (`manage.py ingest --batch-size`).
+REPLAY_BATCH = 16
+
+
+def run_replays(turns: Sequence[tuple[CleanTurn, Any]], *, batch_size: int = REPLAY_BATCH) -> list[RunResult]:
+    """Replayed turns (validated, each with its model output), run in group commits.
+
+    Each turn is recorded exactly as `run_turns_now` records it (its own Turn,
+    ExtractionRun and candidates, judged in order, each seeing what the turns before it
+    saved), but up to `batch_size` turns share one `writer.commit`: one batch of fsynced
+    files, one transaction, one index update. A group never holds two turns of one
+    thread, so a turn always knows which of its message ids an earlier one extracted.
+    A failure (the disk, a lock) loses the whole group's runs, never part of one: their
+    turns stay `processing` and `retry_failed` returns them to the queue.
+    """
+    if any(output is None for _turn, output in turns):
+        raise TypeError("run_replays needs each turn's model output (run_turns_now calls the model)")
+    results: list[RunResult] = []
+    group: list[tuple[CleanTurn, Any]] = []
+    threads: set[tuple[str, str, str]] = set()
+    for turn, output in turns:
+        thread = (turn.user_id, turn.agent_name, turn.thread_id)
+        if len(group) >= max(1, batch_size) or thread in threads:
+            results += _replay_group(group)
+            group, threads = [], set()
+        group.append((turn, output))
+        threads.add(thread)
+    if group:
+        results += _replay_group(group)
+    return results
+
+
+def _replay_group(group: Sequence[tuple[CleanTurn, Any]]) -> list[RunResult]:
+    with transaction.atomic():  # the group's turns and started runs: one commit
+        started = []
+        for turn, output in group:
+            row = Turn.objects.create(
+                **_thread(turn),
+                project_id=turn.project_id,
+                messages=turn.messages,
+                message_ids=turn.message_ids,
+                flush=True,
+                status=Turn.Status.PROCESSING,
+                attempts=1,
+            )
+            started.append(
+                _start(
+                    **_thread(turn),
+                    project_id=turn.project_id,
+                    messages=turn.messages,
+                    model_output=output,
+                    turn_ids=[row.pk],
+                )
+            )
+    return _apply(started)

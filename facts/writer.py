@@ -10,6 +10,7 @@ imports the read side.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -49,10 +50,12 @@ _MIRROR_FIELDS = [
 @dataclass
 class Put:
     """Write `card`. `expected_revision`: the revision the caller read (None = the card
-    must not exist yet; -1 = do not check)."""
+    must not exist yet; -1 = do not check). `reason`: this card's own entry in the
+    history, instead of the batch's (a batch of several runs names each card's run)."""
 
     card: Card
     expected_revision: int | None = None
+    reason: str = ""
 
 
 @dataclass
@@ -152,7 +155,7 @@ def commit(
             with transaction.atomic():
                 record()
         return CommitResult()
-    ops = [type(op)(_normalize(op.card), op.expected_revision) for op in ops]
+    ops = [dataclasses.replace(op, card=_normalize(op.card)) for op in ops]
     result = CommitResult()
     rows: list[FactCard] = []
     revisions: list[FactRevision] = []
@@ -182,7 +185,11 @@ def commit(
                 if card is None and current is not None:
                     store.delete_card(op.card)
                     result.deleted.append(current)
-            puts = [(path, card, dump_card(card)) for _op, path, _current, card in planned if card is not None]
+            puts = [
+                (path, card, dump_card(card), op.reason or reason)
+                for op, path, _current, card in planned
+                if isinstance(op, Put) and card is not None
+            ]
 
             # The caller's records are written while the disk works, the mirror rows
             # and history once the files are in place, all in one transaction that
@@ -192,7 +199,7 @@ def commit(
 
             def while_writing() -> None:
                 try:
-                    hooks.cards_writing([card for _path, card, _text in puts])  # listeners tokenize
+                    hooks.cards_writing([card for _path, card, _text, _reason in puts])  # listeners tokenize
                     if record is not None:
                         record()
                 except BaseException as exc:
@@ -201,15 +208,17 @@ def commit(
             # Mirror and index are updated while the lock is still held, so two writers can
             # never leave the mirror in the older writer's state.
             with transaction.atomic():
-                errors = atomic_write_many([(path, text) for path, _card, text in puts], while_waiting=while_writing)
-                for (path, card, text), error in zip(puts, errors, strict=True):
+                errors = atomic_write_many(
+                    [(path, text) for path, _card, text, _why in puts], while_waiting=while_writing
+                )
+                for (path, card, text, why), error in zip(puts, errors, strict=True):
                     if error is not None:
                         failures.append(error)
                         continue
                     result.written.append(card)
                     rows.append(mirror_row(card, store.relative(path), file_digest(text)))
                     revisions.append(
-                        FactRevision(fact_id=card.id, revision=card.revision, text=text, actor=actor, reason=reason)
+                        FactRevision(fact_id=card.id, revision=card.revision, text=text, actor=actor, reason=why)
                     )
                 if failures:
                     raise failures[0]
