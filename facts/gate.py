@@ -9,6 +9,7 @@ writes the accepted ones through `facts.writer` in one batch. `apply_candidate` 
 from __future__ import annotations
 
 import functools
+import json
 import math
 import re
 import unicodedata
@@ -255,12 +256,20 @@ def _number(raw: Any, name: str) -> float | None:
 
 def _json_safe(value: Any) -> Any:
     """NaN/Infinity are not JSON; keep them readable in the raw column."""
+    try:
+        json.dumps(value, allow_nan=False)  # in C: nearly every model output is plain JSON
+    except (TypeError, ValueError):
+        return _json_safe_walk(value)
+    return value
+
+
+def _json_safe_walk(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
+        return {str(k): _json_safe_walk(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe_walk(v) for v in value]
     return value
 
 

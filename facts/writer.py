@@ -142,11 +142,10 @@ def commit(
     thousands of fsynced writes a second possible).
 
     `record`: the caller's own database writes that belong with this batch (a run's
-    candidates, its turns marked done). They run while the disk works on the files,
-    in the transaction of the mirror rows, which commits only once every file is
-    durable; should any write fail, that transaction is rolled back (the caller's
-    records with it: nothing claims a card that is not on disk) and the files that
-    did reach the disk are mirrored on their own.
+    candidates, its turns marked done). They run in the transaction of the mirror
+    rows, once every file is durable; should any write fail they do not run (nothing
+    claims a card that is not on disk), and should they fail that transaction is
+    rolled back; either way the files that did reach the disk are mirrored on their own.
     """
     store = store or get_store()
     ops = list(ops)
@@ -191,39 +190,38 @@ def commit(
                 if isinstance(op, Put) and card is not None
             ]
 
-            # The caller's records are written while the disk works, the mirror rows
-            # and history once the files are in place, all in one transaction that
-            # commits only when every file is durable; should a write fail it is rolled
-            # back and what did land is mirrored on its own (below).
+            # The index listeners tokenize while the disk works on the files. The
+            # caller's records, the mirror rows and the history then go in one short
+            # transaction, once every file is durable: opened after the wait, not
+            # before it, because on SQLite an open write transaction holds the database's
+            # write lock, and turns arriving from the web must not queue behind a batch
+            # of fsyncs. Should a write fail, nothing is recorded and what did land is
+            # mirrored on its own (below).
             failures: list[BaseException] = []
 
             def while_writing() -> None:
                 try:
-                    hooks.cards_writing([card for _path, card, _text, _reason in puts])  # listeners tokenize
-                    if record is not None:
-                        record()
+                    hooks.cards_writing([card for _path, card, _text, _reason in puts])
                 except BaseException as exc:
                     failures.append(exc)  # raised once the files that landed are known
 
-            # Mirror and index are updated while the lock is still held, so two writers can
-            # never leave the mirror in the older writer's state.
-            with transaction.atomic():
-                errors = atomic_write_many(
-                    [(path, text) for path, _card, text, _why in puts], while_waiting=while_writing
+            errors = atomic_write_many([(path, text) for path, _card, text, _why in puts], while_waiting=while_writing)
+            for (path, card, text, why), error in zip(puts, errors, strict=True):
+                if error is not None:
+                    failures.append(error)
+                    continue
+                result.written.append(card)
+                rows.append(mirror_row(card, store.relative(path), file_digest(text)))
+                revisions.append(
+                    FactRevision(fact_id=card.id, revision=card.revision, text=text, actor=actor, reason=why)
                 )
-                for (path, card, text, why), error in zip(puts, errors, strict=True):
-                    if error is not None:
-                        failures.append(error)
-                        continue
-                    result.written.append(card)
-                    rows.append(mirror_row(card, store.relative(path), file_digest(text)))
-                    revisions.append(
-                        FactRevision(fact_id=card.id, revision=card.revision, text=text, actor=actor, reason=why)
-                    )
-                if failures:
-                    raise failures[0]
-                # After the wait, not during it: inserting beside the write threads made
-                # the mirror's statements several times slower on 2 cores.
+            if failures:
+                raise failures[0]
+            # Mirror and index are updated while the lock is still held, so two writers
+            # can never leave the mirror in the older writer's state.
+            with transaction.atomic():
+                if record is not None:
+                    record()
                 _mirror(rows, revisions, result.deleted)
             mirrored = True
         finally:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
+from django.db import connection
 
 from facts import store as store_module
 from facts.mirror import mirror_drift, snapshot
@@ -100,12 +102,29 @@ def test_a_batch_commits_its_records_and_mirror_together(store: Store, make_card
     seen: list[bool] = []
 
     def record() -> None:
-        # Runs before the card is on disk, in the transaction its mirror row joins after.
-        seen.append(FactCard.objects.filter(id=card.id).exists() or store.card_path(card).exists())
+        # Runs once the card is on disk, in the transaction its mirror row then joins.
+        seen.append((store.card_path(card).exists(), FactCard.objects.filter(id=card.id).exists()))
         AuditEvent.objects.create(action="test", actor="x")
 
     commit([Put(card)], actor="x", record=record)
-    assert seen == [False]
+    assert seen == [(True, False)]
     assert AuditEvent.objects.filter(action="test").count() == 1 and FactCard.objects.filter(id=card.id).exists()
     commit([], actor="x", record=record)  # nothing to write: the records still run
     assert AuditEvent.objects.filter(action="test").count() == 2
+
+
+@pytest.mark.django_db(transaction=True)  # no test transaction around it
+def test_no_transaction_is_open_while_the_files_are_written(
+    store: Store, make_card, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On SQLite an open write transaction holds the database's write lock: the web's
+    # turns must not wait for a batch of fsyncs.
+    real, open_during_write = store_module._write_temp, []
+
+    def write_temp(path: Any, data: str) -> str:
+        open_during_write.append(connection.in_atomic_block)
+        return real(path, data)
+
+    monkeypatch.setattr(store_module, "_write_temp", write_temp)
+    commit([Put(make_card()), Put(make_card())], actor="x", record=lambda: None)
+    assert open_during_write == [False, False]
