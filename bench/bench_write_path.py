@@ -1,17 +1,21 @@
 """Write path throughput: filter + gate + write + mirror (+ index listener) for replayed candidates.
 
     .venv/bin/python bench/bench_write_path.py [--candidates 10000] [--per-run 25]
+        [--workers N] [--batch-size N]
 
-Runs in a throwaway MEMORY_ROOT and SQLite database. Each run is one replayed turn
+The turns go through `manage.py ingest`'s own code (`ingest_lines`: JSON parsing,
+validation, replay in group commits of `--batch-size` turns), once with one worker
+and once with two (`--workers`: forked processes that split the users), each in a
+throwaway MEMORY_ROOT and SQLite database. Each run is one replayed turn
 (system prompt, injected memory, user message, tool call, tool result, greeting,
 assistant reply) whose model output has `--per-run` candidates: ~60 % accepted (new
 keys, and one in ten of those a new value for an existing key), the rest rejected for
 thread scope, transactional, low confidence, missing evidence, duplicates or invalid
-values. Every card file is
-written atomically and fsynced; the search index listener is registered as in
-production. Targets on the 2-core machine: ≥ 1,000 candidates/s, peak RSS ≤ 400 MB.
+values. Every card file is written atomically and fsynced; the search index listener
+is registered as in production. Targets on the 2-core machine: ≥ 1,000 candidates/s, peak RSS ≤ 400 MB.
 
-Figures vary by ±15 % between runs here. Runs a few minutes apart on ext4 also pay
+Figures vary between runs here: by ±15 % within minutes, and the same code has run
+1.7× slower in one hour than in the next (user time 4.8 s against 8.5 s). Runs a few minutes apart on ext4 also pay
 for the previous run's clean-up: ext4 will not reuse an inode deleted in the last
 minutes and scans past them when it allocates one, which doubles the system time.
 `make bench` marks `.bench` with `chattr +T` so each run's folders land in other
@@ -26,6 +30,7 @@ import os
 import random
 import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -79,54 +84,18 @@ def warm_up() -> None:
     )  # fmt: skip
 
 
-def ingest(lines: list[str], batch_size: int) -> tuple[int, int]:
-    """`manage.py ingest`'s own path: parse and validate each JSON line, replay in group commits."""
+def ingest(lines: list[str], batch_size: int, workers: int) -> tuple[int, int]:
+    """`manage.py ingest`'s own path: parse and validate each JSON line, replay in group
+    commits, in `workers` forked processes."""
     from facts.management.commands.ingest import ingest_lines
 
     total = saved = 0
-    for number, outcome in ingest_lines(enumerate(lines, start=1), batch_size=batch_size):
+    for number, outcome in ingest_lines(enumerate(lines, start=1), batch_size=batch_size, workers=workers):
         if isinstance(outcome, ValueError):
             raise SystemExit(f"line {number}: {outcome}")
         total += len(outcome["candidates"])
         saved += outcome["saved"]
     return total, saved
-
-
-def ingest_in_processes(turns: list[dict], batch_size: int, processes: int) -> tuple[int, int, float, float, float]:
-    """Fork workers that split the users (per-user locks never contend); time from a barrier."""
-    import multiprocessing
-
-    from django.db import connections
-
-    connections.close_all()
-    context = multiprocessing.get_context("fork")
-    barrier = context.Barrier(processes + 1)
-    results = context.Queue()
-
-    def child(index: int) -> None:
-        warm_up()
-        mine = [json.dumps(t) for t in turns if int(t["user_id"].rsplit("-", 1)[1]) % processes == index]
-        barrier.wait()
-        results.put(ingest(mine, batch_size))
-        connections.close_all()
-
-    workers = [context.Process(target=child, args=(i,)) for i in range(processes)]
-    for worker in workers:
-        worker.start()
-    barrier.wait()
-    started = time.perf_counter()
-    counts = [results.get() for _ in workers]
-    elapsed = time.perf_counter() - started
-    for worker in workers:
-        worker.join()
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (
-        sum(c[0] for c in counts),
-        sum(c[1] for c in counts),
-        elapsed,
-        usage.ru_utime + usage.ru_stime,  # includes the warm-up of each child
-        usage.ru_maxrss / 1024,
-    )
 
 
 def main() -> None:
@@ -138,9 +107,17 @@ def main() -> None:
         "--batch-size", type=int, default=None, help="turns per group commit (default: manage.py ingest's)"
     )
     parser.add_argument(
-        "--processes", type=int, default=1, help="worker processes (users split between them, as several db_workers)"
+        "--workers",
+        type=int,
+        default=None,
+        help="as `manage.py ingest --workers` (default: one run with 1, then one with 2)",
     )
     args = parser.parse_args()
+    if args.workers is None:
+        for workers in (1, 2):
+            print(f"-- manage.py ingest --workers {workers}", flush=True)
+            subprocess.run([sys.executable, __file__, *sys.argv[1:], f"--workers={workers}"], check=True)
+        return
 
     workdir = Path(
         tempfile.mkdtemp(prefix="bench-write-", dir=BASE_DIR / ".bench" if (BASE_DIR / ".bench").is_dir() else None)
@@ -206,21 +183,17 @@ def main() -> None:
             )
         listeners = len(hooks._card_listeners)
         batch_size = args.batch_size or REPLAY_BATCH
-        if args.processes <= 1:
-            lines = [json.dumps(t, ensure_ascii=False) for t in turns]
-            warm_up()
-            started = time.perf_counter()
-            cpu_started = time.process_time()
-            usage_started = resource.getrusage(resource.RUSAGE_SELF)
-            total, saved = ingest(lines, batch_size)
-            elapsed = time.perf_counter() - started
-            cpu = time.process_time() - cpu_started
-            usage = resource.getrusage(resource.RUSAGE_SELF)
-            split = f"user {usage.ru_utime - usage_started.ru_utime:.2f} s, system {usage.ru_stime - usage_started.ru_stime:.2f} s; "
-            rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        else:
-            total, saved, elapsed, cpu, rss_mb = ingest_in_processes(turns, batch_size, args.processes)
-            split = ""
+        lines = [json.dumps(t, ensure_ascii=False) for t in turns]
+        warm_up()
+        started = time.perf_counter()
+        before = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+        total, saved = ingest(lines, batch_size, args.workers)
+        elapsed = time.perf_counter() - started
+        after = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+        user = sum(a.ru_utime - b.ru_utime for a, b in zip(after, before, strict=True))
+        system = sum(a.ru_stime - b.ru_stime for a, b in zip(after, before, strict=True))
+        cpu = user + system
+        rss_mb = max(usage.ru_maxrss for usage in after) / 1024  # the largest process
         accepted = Candidate.objects.filter(verdict="accepted").count()
         reasons: dict[str, int] = {}
         for codes in Candidate.objects.values_list("reasons", flat=True):
@@ -228,7 +201,7 @@ def main() -> None:
                 reasons[code] = reasons.get(code, 0) + 1
         print(
             f"runs: {len(turns)} × {args.per_run} candidates, {args.users} users × 2 agents, "
-            f"index listeners: {listeners}, processes: {args.processes}, turns per group commit: {batch_size}"
+            f"index listeners: {listeners}, workers: {args.workers}, turns per group commit: {batch_size}"
         )
         print(f"candidates: {total}  accepted: {accepted}  cards written: {saved}  rejected: {reasons}")
         print(
@@ -237,7 +210,7 @@ def main() -> None:
         print(f"elapsed: {elapsed:.2f} s  throughput: {total / elapsed:,.0f} candidates/s (target ≥ 1,000)")
         print(f"per run: {elapsed / len(turns) * 1000:.1f} ms  peak RSS: {rss_mb:.0f} MB (target ≤ 400)")
         print(
-            f"CPU time: {cpu:.2f} s ({split}{total / cpu:,.0f} candidates per CPU-second; "
+            f"CPU time: {cpu:.2f} s (user {user:.2f} s, system {system:.2f} s; {total / cpu:,.0f} candidates per CPU-second; "
             f"load average {os.getloadavg()[0]:.1f})"
         )
     finally:

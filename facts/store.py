@@ -580,6 +580,16 @@ def _pool() -> ThreadPoolExecutor:
         return _write_pool
 
 
+def _new_pool_after_fork() -> None:
+    # A forked child (`manage.py ingest --workers`) has none of the parent's threads:
+    # it starts a pool of its own on first use.
+    global _write_pool, _write_pool_guard
+    _write_pool, _write_pool_guard = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_pool_after_fork)
+
+
 def _each(function: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
     """`function` over `items` on the write pool (in the calling thread for one item);
     each result is the value or the exception it raised."""
