@@ -538,36 +538,15 @@ def _apply(started: Sequence[_Started]) -> list[RunResult]:
     return [s.summarize(by_run.get(id(s), [])) for s in started]
 
 
-def run_pipeline(
-    *,
-    user_id: str,
-    agent_name: str,
-    thread_id: str,
-    project_id: str,
-    messages: Sequence[Mapping[str, Any]],
-    model_output: Any = None,
-    model: Any = None,
-    now: datetime | None = None,
-    turn_ids: Sequence[int] = (),
-) -> RunResult:
-    """filter → extract (or replay `model_output`) → gate → writer, recorded as an ExtractionRun.
+def run_pipeline(**turn: Any) -> RunResult:
+    """filter → extract (or replay `model_output`) → gate → writer, recorded as an
+    ExtractionRun; the arguments are `_start`'s.
 
     The turns `turn_ids` are marked processed in the transaction that records the run's
     outcome. Raises `ExtractionError` when the model fails (the run is recorded as
     failed, the turns are left as they are).
     """
-    started = _start(
-        user_id=user_id,
-        agent_name=agent_name,
-        thread_id=thread_id,
-        project_id=project_id,
-        messages=messages,
-        model_output=model_output,
-        model=model,
-        now=now,
-        turn_ids=turn_ids,
-    )
-    return _apply([started])[0]
+    return _apply([_start(**turn)])[0]
 
 
 def _mark_extracted(run: ExtractionRun, user_id: str, agent_name: str, thread_id: str, ids: Iterable[str]) -> None:
@@ -613,15 +592,7 @@ def run_turns_now(
     turn = clean_turn(
         user_id=user_id, agent_name=agent_name, thread_id=thread_id, project_id=project_id, messages=messages
     )
-    row = Turn.objects.create(
-        **_thread(turn),
-        project_id=turn.project_id,
-        messages=turn.messages,
-        message_ids=turn.message_ids,
-        flush=True,
-        status=Turn.Status.PROCESSING,
-        attempts=1,
-    )
+    row = _processing_turn(turn)
     try:
         return run_pipeline(
             **_thread(turn),
@@ -635,6 +606,19 @@ def run_turns_now(
         row.status, row.error = Turn.Status.PENDING, str(exc)[:2000]
         row.save(update_fields=["status", "error"])
         raise
+
+
+def _processing_turn(turn: CleanTurn) -> Turn:
+    """The Turn row of a turn run synchronously (no debounce: it is being processed)."""
+    return Turn.objects.create(
+        **_thread(turn),
+        project_id=turn.project_id,
+        messages=turn.messages,
+        message_ids=turn.message_ids,
+        flush=True,
+        status=Turn.Status.PROCESSING,
+        attempts=1,
+    )
 
 
 # Turns per group commit in `run_replays` (`manage.py ingest --batch-size`).
@@ -673,15 +657,7 @@ def _replay_group(group: Sequence[tuple[CleanTurn, Any]]) -> list[RunResult]:
     with transaction.atomic():  # the group's turns and started runs: one commit
         started = []
         for turn, output in group:
-            row = Turn.objects.create(
-                **_thread(turn),
-                project_id=turn.project_id,
-                messages=turn.messages,
-                message_ids=turn.message_ids,
-                flush=True,
-                status=Turn.Status.PROCESSING,
-                attempts=1,
-            )
+            row = _processing_turn(turn)
             started.append(
                 _start(
                     **_thread(turn),
