@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import random
+import re
 import resource
 import shutil
 import subprocess
@@ -114,9 +115,23 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.workers is None:
+        figures = {}
         for workers in (1, 2):
             print(f"-- manage.py ingest --workers {workers}", flush=True)
-            subprocess.run([sys.executable, __file__, *sys.argv[1:], f"--workers={workers}"], check=True)
+            child = subprocess.run(
+                [sys.executable, __file__, *sys.argv[1:], f"--workers={workers}"],
+                check=True, stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            print(child.stdout, end="", flush=True)
+            figures[workers] = (
+                float(re.search(r"throughput: ([\d,]+) candidates/s", child.stdout)[1].replace(",", "")),
+                float(re.search(r"peak RSS: (\d+) MB", child.stdout)[1]),
+            )
+        print("== against the targets")
+        for workers, (rate, rss) in figures.items():
+            label = f"--workers {workers} ({'one process' if workers == 1 else f'{workers} processes'})"
+            print(f"  {label + ', ≥ 1,000 candidates/s':<50}{rate:>7,.0f}  {'ok' if rate >= 1000 else 'MISSED'}")
+            print(f"  {label + ', peak RSS ≤ 400 MB':<50}{rss:>7,.0f}  {'ok' if rss <= 400 else 'MISSED'}")
         return
 
     workdir = Path(
