@@ -8,6 +8,8 @@
 A message id that has been fed to extraction is recorded in `ExtractedMessage` and never
 fed again, whichever path (normal turn, summarization flush, replay) brings it back. A
 failed model call leaves the turns pending with the error and retries with backoff.
+Turns being processed are claimed with a lease (`facts.claims`): a worker that dies
+strands nothing, `reclaim_expired` hands its turns to the next one.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
 
-from . import bulk, gate
+from . import bulk, claims, gate
 from .enums import PROFILE_SECTIONS
 from .extraction import ExtractionError, extract
 from .filtering import Row, filter_messages, has_user_text, text_of, to_message
@@ -282,9 +284,15 @@ def schedule(user_id: str, agent_name: str, thread_id: str, *, at: datetime | No
 # --- processing -------------------------------------------------------------------
 
 
+# The status of a RunResult whose claim lapsed and was taken over before it wrote.
+LOST = "lost"
+LOST_ERROR = "lease lost: the claim lapsed and another worker took these turns over; nothing was written"
+LAPSED_ERROR = "the worker processing it stopped renewing its claim (killed or stalled); taken over"
+
+
 @dataclass
 class ThreadOutcome:
-    status: str  # "idle" | "waiting" | "done" | "failed"
+    status: str  # "idle" | "waiting" | "done" | "failed" | "lost"
     turn_ids: list[int] = field(default_factory=list)
     result: RunResult | None = None
     error: str = ""
@@ -307,10 +315,13 @@ def process_thread(
     """Extract all pending turns of one thread once the debounce window has passed.
 
     The window runs from the latest turn; a flush turn (or `force`) skips it. Turns are
-    claimed by a conditional update so two workers never process the same turn.
+    claimed by a conditional update so two workers never process the same turn, with a
+    lease renewed while the work runs; turns of the thread whose claim lapsed are taken
+    over first.
     """
     now = now or timezone.now()
     thread = {"user_id": user_id, "agent_name": agent_name, "thread_id": thread_id}
+    reclaim_expired(thread=thread, enqueue=False)
     pending = list(Turn.objects.filter(status=Turn.Status.PENDING, **thread).order_by("received_at", "pk"))
     if not pending:
         return ThreadOutcome("idle")
@@ -319,11 +330,12 @@ def process_thread(
     if not force and not any(t.flush for t in pending) and now < due_at:
         return ThreadOutcome("waiting", [t.pk for t in pending])
     # Claimed one by one with a conditional update: two workers never take the same turn.
+    token, until = claims.new_token(), claims.lease_until()
     pending = [
         t
         for t in pending
         if Turn.objects.filter(pk=t.pk, status=Turn.Status.PENDING).update(
-            status=Turn.Status.PROCESSING, attempts=F("attempts") + 1
+            status=Turn.Status.PROCESSING, attempts=F("attempts") + 1, claimed_by=token, lease_until=until
         )
     ]
     if not pending:
@@ -331,35 +343,43 @@ def process_thread(
     ids = [t.pk for t in pending]
     messages = [m for t in pending for m in t.messages]
     project_id = next((t.project_id for t in reversed(pending) if t.project_id), "")
-    try:
-        result = run_pipeline(
-            user_id=user_id,
-            agent_name=agent_name,
-            thread_id=thread_id,
-            project_id=project_id,
-            messages=messages,
-            model=model,
-            turn_ids=ids,
-        )
-    except ExtractionError as exc:
-        return _failed(ids, str(exc), now)
-    except Exception as exc:  # a bug or a store problem: keep the turns, record why
-        log.exception("processing thread %s/%s/%s failed", user_id, agent_name, thread_id)
-        return _failed(ids, f"{exc.__class__.__name__}: {exc}", now)
+    with claims.keep_alive(token):
+        try:
+            result = run_pipeline(
+                user_id=user_id,
+                agent_name=agent_name,
+                thread_id=thread_id,
+                project_id=project_id,
+                messages=messages,
+                model=model,
+                turn_ids=ids,
+                claim=token,
+            )
+        except ExtractionError as exc:
+            return _failed(ids, token, str(exc), now)
+        except Exception as exc:  # a bug or a store problem: keep the turns, record why
+            log.exception("processing thread %s/%s/%s failed", user_id, agent_name, thread_id)
+            return _failed(ids, token, f"{exc.__class__.__name__}: {exc}", now)
+    if result.status == LOST:
+        return ThreadOutcome(LOST, ids, result, error=result.error)
     return ThreadOutcome("done", ids, result)
 
 
-def _failed(ids: list[int], error: str, now: datetime) -> ThreadOutcome:
-    """Leave the turns pending (or failed after the last attempt) with the error; retry later."""
-    turns = list(Turn.objects.filter(pk__in=ids))
+def _failed(ids: list[int], token: str, error: str, now: datetime) -> ThreadOutcome:
+    """Leave the turns pending (or failed after the last attempt) with the error; retry later.
+
+    Only turns still claimed with `token`: a worker whose claim lapsed and was taken
+    over leaves the new owner's turns alone."""
+    held = Turn.objects.filter(pk__in=ids, claimed_by=token, status=Turn.Status.PROCESSING)
+    turns = list(held)
+    if not turns:
+        return ThreadOutcome(LOST, ids, error=LOST_ERROR)
     attempts = max((t.attempts for t in turns), default=1)
     if attempts >= settings.MEMORY_EXTRACTION_MAX_ATTEMPTS:
-        Turn.objects.filter(pk__in=ids).update(status=Turn.Status.FAILED, error=error[:2000])
+        held.update(status=Turn.Status.FAILED, error=error[:2000], lease_until=None)
         return ThreadOutcome("failed", ids, error=error)
     retry_at = now + _backoff(attempts)
-    Turn.objects.filter(pk__in=ids).update(
-        status=Turn.Status.PENDING, error=error[:2000], process_after=retry_at, flush=False
-    )
+    held.update(status=Turn.Status.PENDING, error=error[:2000], process_after=retry_at, flush=False, lease_until=None)
     from django_tasks import task_backends
 
     from .tasks import process_thread_task
@@ -379,16 +399,68 @@ def due_threads(*, now: datetime | None = None, include_waiting: bool = False) -
     return sorted(set(query.values_list("user_id", "agent_name", "thread_id")))
 
 
-def retry_failed(*, stale_after: timedelta = timedelta(minutes=30)) -> int:
-    """Failed turns, and turns stuck in processing (a worker died), go back to pending."""
-    stale = timezone.now() - stale_after
-    failed = Turn.objects.filter(status=Turn.Status.FAILED).update(
-        status=Turn.Status.PENDING, attempts=0, process_after=None
-    )
-    stuck = Turn.objects.filter(status=Turn.Status.PROCESSING, received_at__lt=stale).update(
-        status=Turn.Status.PENDING, process_after=None
-    )
-    return failed + stuck
+def reclaim_expired(
+    *, thread: Mapping[str, str] | None = None, ids: Sequence[int] | None = None, enqueue: bool = True
+) -> int:
+    """Hand back the work of workers whose claim lapsed (killed, stalled): their runs are
+    closed as failed, their turns go back to pending (or to failed once
+    `MEMORY_EXTRACTION_MAX_ATTEMPTS` claims have died on them: a turn that kills its
+    worker must not kill every worker in turn) and, with `enqueue`, each thread's task
+    is queued to run now. Returns the number of turns handed back.
+
+    Every update is conditional on the claim still being the lapsed one, so two sweeps
+    at once, or a sweep racing a renewal, hand a turn back once or not at all.
+    """
+    now = timezone.now()
+    runs = claims.stuck_runs(now)
+    turns = claims.stuck_turns(now)
+    if thread is not None:
+        turns = turns.filter(**thread)
+    if ids is not None:
+        turns = turns.filter(pk__in=ids)
+    if thread is None and ids is None:
+        # Runs are closed with their turns below; this catches a run whose turns were
+        # already handed back some other way.
+        runs.update(status=ExtractionRun.Status.FAILED, error=LAPSED_ERROR, finished_at=now)
+    handed: set[tuple[str, str, str]] = set()
+    count = 0
+    for turn in turns.only("pk", "claimed_by", "attempts", "user_id", "agent_name", "thread_id"):
+        same_claim = Turn.objects.filter(pk=turn.pk, status=Turn.Status.PROCESSING, claimed_by=turn.claimed_by)
+        same_claim = same_claim.filter(claims._lapsed(now))
+        if turn.attempts >= settings.MEMORY_EXTRACTION_MAX_ATTEMPTS:
+            changed = same_claim.update(status=Turn.Status.FAILED, error=LAPSED_ERROR, lease_until=None)
+        else:
+            changed = same_claim.update(
+                status=Turn.Status.PENDING, error=LAPSED_ERROR, lease_until=None, process_after=None
+            )
+            if changed:
+                handed.add((turn.user_id, turn.agent_name, turn.thread_id))
+        if changed:
+            ExtractionRun.objects.filter(claimed_by=turn.claimed_by, status=ExtractionRun.Status.RUNNING).update(
+                status=ExtractionRun.Status.FAILED, error=LAPSED_ERROR, finished_at=now
+            )
+        count += changed
+    if handed:
+        log.warning("took over %d turn(s) of %d thread(s) whose worker's claim lapsed", count, len(handed))
+    if enqueue:
+        for user_id, agent_name, thread_id in sorted(handed):
+            schedule(user_id, agent_name, thread_id, at=None)
+    return count
+
+
+def retry_failed(*, ids: Sequence[int] | None = None) -> int:
+    """Failed turns, and turns stuck in processing past their lease (their worker died),
+    go back to pending with their threads queued; `ids` limits it to those turns.
+    Returns how many turns went back."""
+    stuck = reclaim_expired(ids=ids)
+    failed = Turn.objects.filter(status=Turn.Status.FAILED)
+    if ids is not None:
+        failed = failed.filter(pk__in=ids)
+    threads = set(failed.values_list("user_id", "agent_name", "thread_id"))
+    count = failed.update(status=Turn.Status.PENDING, attempts=0, process_after=None)
+    for user_id, agent_name, thread_id in sorted(threads):
+        schedule(user_id, agent_name, thread_id, at=None)
+    return stuck + count
 
 
 # --- the pipeline -------------------------------------------------------------------
@@ -452,6 +524,16 @@ class _Started:
         _finish(run, ExtractionRun.Status.SKIPPED if skipped else ExtractionRun.Status.SUCCEEDED, self.started)
         _mark_turns(self.turn_ids, Turn.Status.SKIPPED if skipped else Turn.Status.DONE, run)
 
+    def still_held(self) -> bool:
+        """Renew the claim for the write; False when it lapsed and was taken over."""
+        return not self.run.claimed_by or claims.renew(self.run.claimed_by) == len(self.turn_ids)
+
+    def lose(self) -> None:
+        """The claim was taken over: close the run as failed, write nothing."""
+        self.run.error = LOST_ERROR
+        _finish(self.run, ExtractionRun.Status.FAILED, self.started)
+        self.result.status, self.result.error = LOST, LOST_ERROR
+
     def summarize(self, candidates: Sequence[Candidate]) -> RunResult:
         result = self.result
         result.candidates = [CandidateSummary(c.kind, c.key, c.section, c.verdict, list(c.reasons)) for c in candidates]
@@ -472,8 +554,10 @@ def _start(
     model: Any = None,
     now: datetime | None = None,
     turn_ids: Sequence[int] = (),
+    claim: str = "",
 ) -> _Started:
-    """filter → extract (or replay `model_output`), recorded as a running ExtractionRun.
+    """filter → extract (or replay `model_output`), recorded as a running ExtractionRun
+    under the turns' `claim`.
 
     Raises `ExtractionError` when the model fails (the run is recorded as failed)."""
     started = time.perf_counter()
@@ -488,6 +572,8 @@ def _start(
         filtered_rows=rows,
         replay=replay,
         model_name="" if replay else settings.MEMORY_LLM_MODEL,
+        claimed_by=claim,
+        lease_until=claims.lease_until(),
     )
     result = RunResult(run_id=run.pk, status=ExtractionRun.Status.SUCCEEDED, roles=[r["role"] for r in rows])
     fed = [m.id for m in fresh if m.id]
@@ -523,7 +609,17 @@ def _start(
 
 
 def _apply(started: Sequence[_Started]) -> list[RunResult]:
-    """Gate and write the started runs as one batch; each run's records commit with it."""
+    """Gate and write the started runs as one batch; each run's records commit with it.
+
+    A run whose claim lapsed while it ran (a stalled worker, or a model call longer than
+    the lease with the heartbeat starved) is dropped before anything is written: the
+    worker that took its turns over extracts them, once."""
+    everything = started
+    held = {id(s): s.still_held() for s in everything}
+    for s in everything:
+        if not held[id(s)]:
+            s.lose()
+    started = [s for s in everything if held[id(s)]]
     judged = [s for s in started if s.ctx is not None]
 
     def record(candidates: list[Candidate]) -> None:
@@ -535,7 +631,7 @@ def _apply(started: Sequence[_Started]) -> list[RunResult]:
 
     outcomes = gate.apply_runs([(s.run, s.parsed, s.ctx) for s in judged if s.ctx], record=record)
     by_run = {id(s): rows for s, rows in zip(judged, outcomes, strict=True)}
-    return [s.summarize(by_run.get(id(s), [])) for s in started]
+    return [s.summarize(by_run.get(id(s), [])) if held[id(s)] else s.result for s in everything]
 
 
 def run_pipeline(**turn: Any) -> RunResult:
@@ -562,7 +658,10 @@ def _mark_extracted(run: ExtractionRun, user_id: str, agent_name: str, thread_id
 
 def _mark_turns(ids: Sequence[int], status: str, run: ExtractionRun) -> None:
     if ids:
-        Turn.objects.filter(pk__in=ids).update(status=status, processed_at=timezone.now(), error="", run=run)
+        turns = Turn.objects.filter(pk__in=ids)
+        if run.claimed_by:  # only while still ours: a takeover's turns are the new owner's
+            turns = turns.filter(claimed_by=run.claimed_by)
+        turns.update(status=status, processed_at=timezone.now(), error="", run=run, lease_until=None)
 
 
 def _finish(run: ExtractionRun, status: str, started: float) -> None:
@@ -594,22 +693,26 @@ def run_turns_now(
     )
     row = _processing_turn(turn)
     try:
-        return run_pipeline(
-            **_thread(turn),
-            project_id=turn.project_id,
-            messages=turn.messages,
-            model_output=model_output,
-            model=model,
-            turn_ids=[row.pk],
-        )
+        with claims.keep_alive(row.claimed_by):
+            return run_pipeline(
+                **_thread(turn),
+                project_id=turn.project_id,
+                messages=turn.messages,
+                model_output=model_output,
+                model=model,
+                turn_ids=[row.pk],
+                claim=row.claimed_by,
+            )
     except ExtractionError as exc:
-        row.status, row.error = Turn.Status.PENDING, str(exc)[:2000]
-        row.save(update_fields=["status", "error"])
+        Turn.objects.filter(pk=row.pk, claimed_by=row.claimed_by, status=Turn.Status.PROCESSING).update(
+            status=Turn.Status.PENDING, error=str(exc)[:2000], lease_until=None
+        )
         raise
 
 
 def _processing_turn(turn: CleanTurn) -> Turn:
-    """The Turn row of a turn run synchronously (no debounce: it is being processed)."""
+    """The Turn row of a turn run synchronously (no debounce: it is being processed,
+    claimed by this process)."""
     return Turn.objects.create(
         **_thread(turn),
         project_id=turn.project_id,
@@ -618,6 +721,8 @@ def _processing_turn(turn: CleanTurn) -> Turn:
         flush=True,
         status=Turn.Status.PROCESSING,
         attempts=1,
+        claimed_by=claims.new_token(),
+        lease_until=claims.lease_until(),
     )
 
 
@@ -665,6 +770,8 @@ def _replay_group(group: Sequence[tuple[CleanTurn, Any]]) -> list[RunResult]:
                     messages=turn.messages,
                     model_output=output,
                     turn_ids=[row.pk],
+                    claim=row.claimed_by,
                 )
             )
-    return _apply(started)
+    with claims.keep_alive(*(s.run.claimed_by for s in started)):
+        return _apply(started)

@@ -159,6 +159,10 @@ class Turn(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True, default="")
     run = models.ForeignKey("ExtractionRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="turns")
+    # The claim of the worker processing it (facts/claims.py): who, and until when
+    # unless renewed. A processing turn whose lease has passed is stuck: taken over.
+    claimed_by = models.CharField(max_length=32, blank=True, default="")
+    lease_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [
@@ -209,6 +213,9 @@ class ExtractionRun(models.Model):
     model_ms = models.FloatField(null=True, blank=True)
     prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
     completion_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # The claim of its turns: a running run past its lease was abandoned by its worker.
+    claimed_by = models.CharField(max_length=32, blank=True, default="")
+    lease_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["-started_at"], name="run_recent")]
@@ -288,6 +295,7 @@ class AuditEvent(models.Model):
         SETTINGS = "settings"
         API_KEY = "api_key"
         RESOLVE = "resolve"
+        RETRY_TURNS = "retry_turns"
 
     actor = models.CharField(max_length=150)
     action = models.CharField(max_length=32, choices=Action.choices)

@@ -62,8 +62,10 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "django_tasks",
-    "django_tasks_db",
+    # Before django_tasks_db: its `db_worker` command is extended by facts' own
+    # (the first app listed wins a command name), which sweeps lapsed claims.
     "facts",
+    "django_tasks_db",
     "retrieval",
     "memoryadmin",
 ]
@@ -196,6 +198,10 @@ MEMORY_SEARCH_TOKEN_CAP = env_int("MEMORY_SEARCH_TOKEN_CAP", 900)
 # marked failed for `manage.py process_turns --retry-failed`.
 MEMORY_EXTRACTION_MAX_ATTEMPTS = env_int("MEMORY_EXTRACTION_MAX_ATTEMPTS", 5)
 MEMORY_RETRY_BACKOFF_SECONDS = env_float("MEMORY_RETRY_BACKOFF_SECONDS", 30.0)
+# A worker's claim on turns (and their run) lasts this long and is renewed while the
+# work runs; a claim left to lapse (the worker was killed) is taken over by the next
+# sweep of any running `db_worker` (every quarter lease) — DESIGN.md §10.
+MEMORY_CLAIM_LEASE_SECONDS = env_float("MEMORY_CLAIM_LEASE_SECONDS", 120.0)
 
 # Operations: structured logs (LOG_FORMAT=json: one JSON object per line; every
 # extraction run and curation action is an event, see memoryadmin/logging_utils.py)

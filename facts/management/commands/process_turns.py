@@ -12,16 +12,22 @@ from facts import ingestion
 class Command(BaseCommand):
     help = (
         "Extract every thread whose debounce window is over. --retry-failed puts failed turns "
-        "(and turns stuck in processing) back first; --force ignores the debounce window."
+        "(and turns stuck in processing past their lease) back first; --force ignores the debounce window."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--retry-failed", action="store_true", help="Retry turns whose attempts ran out.")
+        parser.add_argument(
+            "--retry-failed",
+            action="store_true",
+            help="Retry failed turns and turns stuck in processing past their lease.",
+        )
         parser.add_argument("--force", action="store_true", help="Do not wait for the debounce window.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["retry_failed"]:
             self.stdout.write(f"{ingestion.retry_failed()} turn(s) back to pending")
+        else:
+            ingestion.reclaim_expired()  # the sweep a running db_worker does anyway
         threads = ingestion.due_threads(include_waiting=options["force"])
         counts: dict[str, int] = {}
         for user_id, agent_name, thread_id in threads:

@@ -3,7 +3,7 @@
 Checks: settings (DEBUG off with the default SECRET_KEY, hosts, memory settings),
 migrations, MEMORY_ROOT (exists, writable, not open to other users, no stale temp
 files), the files vs mirror vs index (drift, unreadable cards), turns pending for
-too long, and the model endpoint (a quick HTTP request to MEMORY_LLM_BASE_URL).
+too long or stuck in processing past their claim's lease, and the model endpoint (a quick HTTP request to MEMORY_LLM_BASE_URL).
 """
 
 from __future__ import annotations
@@ -160,6 +160,25 @@ class Doctor:
             )
         else:
             self.ok("turns", f"no turn pending for more than {self.pending_minutes:g} minutes")
+        from facts import claims
+
+        stuck = claims.stuck_turns()
+        count = stuck.count()
+        if count:
+            oldest = stuck.order_by("received_at").values_list("received_at", flat=True).first()
+            self.fail(
+                "turns",
+                f"{count} turns stuck in processing past their lease (oldest received {oldest:%Y-%m-%d %H:%M} UTC): "
+                "the worker holding them stopped; a running `manage.py db_worker` takes them over within a "
+                "quarter lease, or run `manage.py process_turns --retry-failed`",
+            )
+        runs = claims.stuck_runs().count()
+        if runs:
+            self.fail(
+                "turns",
+                f"{runs} extraction runs stuck in running past their lease: their worker stopped; "
+                "a running `manage.py db_worker` closes them as failed",
+            )
         failed = Turn.objects.filter(status=Turn.Status.FAILED).count()
         if failed:
             self.warn("turns", f"{failed} turns failed extraction: `manage.py process_turns --retry-failed`")
