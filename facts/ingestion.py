@@ -430,8 +430,9 @@ def reclaim_expired(
         if turn.attempts >= settings.MEMORY_EXTRACTION_MAX_ATTEMPTS:
             changed = same_claim.update(status=Turn.Status.FAILED, error=LAPSED_ERROR, lease_until=None)
         else:
+            # flush: its debounce window was over when it was first claimed; run it now.
             changed = same_claim.update(
-                status=Turn.Status.PENDING, error=LAPSED_ERROR, lease_until=None, process_after=None
+                status=Turn.Status.PENDING, error=LAPSED_ERROR, lease_until=None, process_after=None, flush=True
             )
             if changed:
                 handed.add((turn.user_id, turn.agent_name, turn.thread_id))
@@ -457,7 +458,7 @@ def retry_failed(*, ids: Sequence[int] | None = None) -> int:
     if ids is not None:
         failed = failed.filter(pk__in=ids)
     threads = set(failed.values_list("user_id", "agent_name", "thread_id"))
-    count = failed.update(status=Turn.Status.PENDING, attempts=0, process_after=None)
+    count = failed.update(status=Turn.Status.PENDING, attempts=0, process_after=None, flush=True)
     for user_id, agent_name, thread_id in sorted(threads):
         schedule(user_id, agent_name, thread_id, at=None)
     return stuck + count
