@@ -48,19 +48,20 @@ def new_token() -> str:
     return uuid.uuid4().hex
 
 
-def _lapsed(now: datetime) -> Q:
-    # No lease at all: claimed before leases existed; nothing renews it.
+def lapsed(now: datetime) -> Q:
+    """The claim's lease has passed. No lease at all: claimed before leases existed;
+    nothing renews it."""
     return Q(lease_until__lt=now) | Q(lease_until__isnull=True)
 
 
 def stuck_turns(now: datetime | None = None) -> QuerySet[Turn]:
     """Turns in `processing` whose worker stopped renewing its claim."""
-    return Turn.objects.filter(_lapsed(now or timezone.now()), status=Turn.Status.PROCESSING)
+    return Turn.objects.filter(lapsed(now or timezone.now()), status=Turn.Status.PROCESSING)
 
 
 def stuck_runs(now: datetime | None = None) -> QuerySet[ExtractionRun]:
     """Runs still `running` whose worker stopped renewing its claim."""
-    return ExtractionRun.objects.filter(_lapsed(now or timezone.now()), status=ExtractionRun.Status.RUNNING)
+    return ExtractionRun.objects.filter(lapsed(now or timezone.now()), status=ExtractionRun.Status.RUNNING)
 
 
 def renew(token: str) -> int:

@@ -210,3 +210,9 @@ class ResolveForm(forms.Form):
     keep = forms.CharField(max_length=17)
     others = forms.CharField(max_length=2000, help_text="comma-separated fact ids")
     reason = forms.CharField(required=False, max_length=2000)
+
+
+class RetryForm(forms.Form):
+    """Retry a failed or stuck turn (or all of them): an optional note for the audit."""
+
+    note = forms.CharField(required=False, max_length=2000)

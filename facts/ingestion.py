@@ -426,7 +426,7 @@ def reclaim_expired(
     count = 0
     for turn in turns.only("pk", "claimed_by", "attempts", "user_id", "agent_name", "thread_id"):
         same_claim = Turn.objects.filter(pk=turn.pk, status=Turn.Status.PROCESSING, claimed_by=turn.claimed_by)
-        same_claim = same_claim.filter(claims._lapsed(now))
+        same_claim = same_claim.filter(claims.lapsed(now))
         if turn.attempts >= settings.MEMORY_EXTRACTION_MAX_ATTEMPTS:
             changed = same_claim.update(status=Turn.Status.FAILED, error=LAPSED_ERROR, lease_until=None)
         else:

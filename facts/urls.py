@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import views, views_profiles, views_review
+from . import views, views_profiles, views_review, views_turns
 
 urlpatterns = [
     path("facts/", views.fact_list, name="fact_list"),
@@ -23,5 +23,8 @@ urlpatterns = [
     path("review/<int:pk>/approve/", views_review.candidate_approve, name="candidate_approve"),
     path("review/<int:pk>/dismiss/", views_review.candidate_dismiss, name="candidate_dismiss"),
     path("profiles/", views_profiles.profiles, name="profiles"),
+    path("turns/", views_turns.turn_problems, name="turn_problems"),
+    path("turns/retry/", views_turns.turn_retry_all, name="turn_retry_all"),
+    path("turns/<int:pk>/retry/", views_turns.turn_retry, name="turn_retry"),
     path("profiles/edit/", views_profiles.profile_edit, name="profile_edit"),
 ]

@@ -1,0 +1,105 @@
+"""Turns that need a person: failed extraction (attempts ran out) or stuck in processing
+past their claim's lease (the worker died), with the error and a Retry action."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required, permission_required
+from django.db.models import Q, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from . import claims, ingestion
+from .access import CURATE
+from .forms import RetryForm
+from .models import AuditEvent, Turn
+from .views import audit, changed, page_of
+
+PAGE_SIZE = 50
+
+
+def problem_turns() -> QuerySet[Turn]:
+    """Failed turns and turns stuck in processing past their lease, oldest first."""
+    stuck = Q(claims.lapsed(timezone.now()), status=Turn.Status.PROCESSING)
+    return Turn.objects.filter(Q(status=Turn.Status.FAILED) | stuck).defer("messages").order_by("received_at", "pk")
+
+
+def _context(request: HttpRequest) -> dict[str, Any]:
+    rows = problem_turns()
+    return {"page": page_of(request, rows, _page_number(request), PAGE_SIZE), "query": ""}
+
+
+def _page_number(request: HttpRequest) -> int | None:
+    raw = request.GET.get("page", "")
+    return int(raw) if raw.isdigit() else None
+
+
+def _answer(request: HttpRequest) -> HttpResponse:
+    """htmx: the refreshed table (and a `turnsChanged` event); otherwise back to the page."""
+    if request.htmx:
+        response = render(request, "facts/turns.html#rows", _context(request))
+        return changed(response, "turnsChanged")
+    return redirect("turn_problems")
+
+
+@require_GET
+@login_required
+def turn_problems(request: HttpRequest) -> HttpResponse:
+    ctx = _context(request)
+    if request.htmx and request.htmx.target == "turn-rows":
+        return render(request, "facts/turns.html#rows", ctx)
+    return render(request, "facts/turns.html", ctx)
+
+
+@login_required
+@permission_required(CURATE, raise_exception=True)
+@require_POST
+def turn_retry(request: HttpRequest, pk: int) -> HttpResponse:
+    turn = Turn.objects.filter(pk=pk).defer("messages").first()
+    if turn is None:
+        raise Http404("no such turn")
+    form = RetryForm(request.POST)
+    form.is_valid()
+    if not problem_turns().filter(pk=pk).exists():
+        messages.info(request, f"Turn {pk} is no longer failed or stuck ({turn.status}).")
+        return _answer(request)
+    count = ingestion.retry_failed(ids=[pk])
+    audit(
+        request,
+        AuditEvent.Action.RETRY_TURNS,
+        target=f"turn:{pk}",
+        user_id=turn.user_id,
+        agent_name=turn.agent_name,
+        reason=form.cleaned_data.get("note", ""),
+        turns=[pk],
+        was=turn.status,
+    )
+    messages.success(request, f"Turn {pk} is queued for extraction again." if count else f"Turn {pk} was not retried.")
+    return _answer(request)
+
+
+@login_required
+@permission_required(CURATE, raise_exception=True)
+@require_POST
+def turn_retry_all(request: HttpRequest) -> HttpResponse:
+    form = RetryForm(request.POST)
+    form.is_valid()
+    ids = list(problem_turns().values_list("pk", flat=True))
+    if not ids:
+        messages.info(request, "No turn is failed or stuck.")
+        return _answer(request)
+    count = ingestion.retry_failed(ids=ids)
+    audit(
+        request,
+        AuditEvent.Action.RETRY_TURNS,
+        target="turns:all",
+        reason=form.cleaned_data.get("note", ""),
+        turns=ids[:1000],
+        count=count,
+    )
+    messages.success(request, f"{count} turn(s) queued for extraction again.")
+    return _answer(request)
