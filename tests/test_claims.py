@@ -235,10 +235,16 @@ def test_the_heartbeat_renews_the_claim_while_a_long_model_call_runs(
     assert len(renewed) == count  # it stopped with the work
 
 
-def test_a_starting_worker_sweeps_lapsed_claims_at_once(openai_stub: OpenAIStub, settings: Any) -> None:
+def test_a_starting_worker_hands_lapsed_claims_back_and_queues_them(settings: Any, monkeypatch: Any) -> None:
+    from django_tasks_db.management.commands import db_worker
+    from django_tasks_db.models import DBTaskResult
+
     settings.TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
-    _abandoned_turn()
-    openai_stub.reply_tool_call({"facts": [fact_candidate()]})
+    monkeypatch.setattr(db_worker.Worker, "run", lambda self: None)  # the queue loop is django-tasks-db's
+    turn = _abandoned_turn()
     call_command("db_worker", "--batch", "--no-startup-delay", "--no-reload", "-v", "0", stdout=StringIO())
-    assert Turn.objects.get().status == "done"
-    assert FactCard.objects.count() == 1
+    turn.refresh_from_db()
+    assert turn.status == "pending" and turn.flush
+    # queued to run now (the turn's own job waits for its debounce window)
+    jobs = DBTaskResult.objects.ready().filter(task_path__endswith="process_thread_task")
+    assert [job.args_kwargs["args"] for job in jobs] == [["alice", "coder", "t1"]]
