@@ -202,6 +202,14 @@ def test_doctor_says_nothing_of_a_turn_within_its_lease() -> None:
     assert "stuck" not in err
 
 
+def test_doctor_refuses_a_lease_that_is_not_positive(settings: Any) -> None:
+    settings.MEMORY_CLAIM_LEASE_SECONDS = 0
+    err = StringIO()
+    with pytest.raises(CommandError):
+        call_command("doctor", "--skip", "model", "--skip", "index", "--skip", "files", stdout=StringIO(), stderr=err)
+    assert "MEMORY_CLAIM_LEASE_SECONDS must be positive" in err.getvalue()
+
+
 def test_the_lease_and_the_sweep_follow_the_setting(settings: Any) -> None:
     settings.MEMORY_CLAIM_LEASE_SECONDS = 8
     assert claims.sweep_interval() == 2

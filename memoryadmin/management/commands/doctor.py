@@ -82,6 +82,7 @@ class Doctor:
             "API_MAX_MESSAGES",
             "API_MAX_MESSAGE_CHARS",
             "MEMORY_MAX_CANDIDATES_PER_RUN",
+            "MEMORY_CLAIM_LEASE_SECONDS",
         ):
             if getattr(settings, name, 1) <= 0:
                 self.fail("settings", f"{name} must be positive")
