@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import time
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -311,13 +312,15 @@ def process_thread(
     now: datetime | None = None,
     force: bool = False,
     model: Any = None,
+    claim: str = "",
 ) -> ThreadOutcome:
     """Extract all pending turns of one thread once the debounce window has passed.
 
     The window runs from the latest turn; a flush turn (or `force`) skips it. Turns are
     claimed by a conditional update so two workers never process the same turn, with a
     lease renewed while the work runs; turns of the thread whose claim lapsed are taken
-    over first.
+    over first. `claim` is the claim's token (the worker task passes its job id; a
+    fresh one otherwise).
     """
     now = now or timezone.now()
     thread = {"user_id": user_id, "agent_name": agent_name, "thread_id": thread_id}
@@ -330,7 +333,7 @@ def process_thread(
     if not force and not any(t.flush for t in pending) and now < due_at:
         return ThreadOutcome("waiting", [t.pk for t in pending])
     # Claimed one by one with a conditional update: two workers never take the same turn.
-    token, until = claims.new_token(), claims.lease_until()
+    token, until = claim or claims.new_token(), claims.lease_until()
     pending = [
         t
         for t in pending
@@ -440,6 +443,7 @@ def reclaim_expired(
             ExtractionRun.objects.filter(claimed_by=turn.claimed_by, status=ExtractionRun.Status.RUNNING).update(
                 status=ExtractionRun.Status.FAILED, error=LAPSED_ERROR, finished_at=now
             )
+            _close_dead_job(turn.claimed_by)
         count += changed
     if handed:
         log.warning("took over %d turn(s) of %d thread(s) whose worker's claim lapsed", count, len(handed))
@@ -447,6 +451,26 @@ def reclaim_expired(
         for user_id, agent_name, thread_id in sorted(handed):
             schedule(user_id, agent_name, thread_id, at=None)
     return count
+
+
+class ClaimLapsed(Exception):
+    """Recorded on the job row of a worker task whose claim lapsed (the worker died)."""
+
+
+def _close_dead_job(claim: str) -> None:
+    """Mark the django-tasks-db job that held `claim` (its id, see `tasks.py`) as failed:
+    its worker died with it RUNNING, and nothing else would ever finish it."""
+    from django_tasks import TaskResultStatus
+    from django_tasks_db.models import DBTaskResult
+
+    try:
+        job_id = uuid.UUID(hex=claim)
+    except ValueError:
+        return
+    # Claims of `process_turns` or `ingest` are random and match no job.
+    job = DBTaskResult.objects.filter(pk=job_id, status=TaskResultStatus.RUNNING).first()
+    if job is not None:
+        job.set_failed(ClaimLapsed(LAPSED_ERROR))
 
 
 def retry_failed(*, ids: Sequence[int] | None = None) -> int:

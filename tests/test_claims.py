@@ -256,3 +256,19 @@ def test_a_starting_worker_hands_lapsed_claims_back_and_queues_them(settings: An
     # queued to run now (the turn's own job waits for its debounce window)
     jobs = DBTaskResult.objects.ready().filter(task_path__endswith="process_thread_task")
     assert [job.args_kwargs["args"] for job in jobs] == [["alice", "coder", "t1"]]
+
+
+def test_the_dead_workers_job_row_is_closed_with_its_claim(settings: Any) -> None:
+    from django_tasks_db.models import DBTaskResult
+
+    from facts.tasks import process_thread_task
+
+    settings.TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+    job = process_thread_task.enqueue("alice", "coder", "t1")
+    DBTaskResult.objects.filter(pk=job.id).update(status="RUNNING")  # its worker was killed mid-run
+    turn = _abandoned_turn()
+    Turn.objects.filter(pk=turn.pk).update(claimed_by=str(job.id).replace("-", ""))
+    assert ingestion.reclaim_expired() == 1
+    row = DBTaskResult.objects.get(pk=job.id)
+    assert row.status == "FAILED" and "ClaimLapsed" in row.exception_class_path
+    assert "stopped renewing its claim" in row.traceback

@@ -40,8 +40,10 @@ for n in range(TURNS):
 STATE = """
 import json
 from collections import Counter
+from django_tasks_db.models import DBTaskResult
 from facts.models import ExtractedMessage, ExtractionRun, FactCard, Turn
 print(json.dumps({
+    "jobs": dict(Counter(DBTaskResult.objects.values_list("status", flat=True))),
     "turns": dict(Counter(Turn.objects.values_list("status", flat=True))),
     "runs": dict(Counter(ExtractionRun.objects.values_list("status", flat=True))),
     "cards": dict(Counter(FactCard.objects.filter(key__startswith="notes_folder_").values_list("key", flat=True))),
@@ -118,11 +120,13 @@ def test_a_worker_killed_mid_run_strands_no_turn(proc_env: Env, tmp_path: Path) 
     report_numbers(
         "worker-kill", database="postgresql" if on_postgres() else "sqlite", turns=TURNS, lease_s=LEASE_SECONDS,
         killed_at_call=KILL_AT_CALL, recovered_s=round(recovered_s, 1), model_requests=model["requests"],
-        runs=state["runs"],
+        runs=state["runs"], jobs=state["jobs"],
     )  # fmt: skip
     assert state["turns"] == {"done": TURNS}, f"turns not done {recovered_s:.0f} s after the kill: {state['turns']}"
     assert state["cards"] == {f"notes_folder_n{n}": 1 for n in range(TURNS)}, "exactly one card per turn"
     assert state["extracted"] == {f"m{n}": 1 for n in range(TURNS)}
     # the dead worker's run is closed as failed, none is left running
     assert state["runs"] == {"succeeded": TURNS, "failed": 1}, state["runs"]
+    # and its job row too (django-tasks-db would show it RUNNING for good)
+    assert "RUNNING" not in state["jobs"] and state["jobs"].get("FAILED") == 1, state["jobs"]
     assert recovered_s < DEADLINE_S
