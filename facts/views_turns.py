@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from . import claims, ingestion
 from .access import CURATE
-from .forms import RetryForm
+from .forms import PageForm, RetryForm
 from .models import AuditEvent, Turn
 from .views import audit, changed, page_of
 
@@ -29,13 +29,9 @@ def problem_turns() -> QuerySet[Turn]:
 
 
 def _context(request: HttpRequest) -> dict[str, Any]:
-    rows = problem_turns()
-    return {"page": page_of(request, rows, _page_number(request), PAGE_SIZE), "query": ""}
-
-
-def _page_number(request: HttpRequest) -> int | None:
-    raw = request.GET.get("page", "")
-    return int(raw) if raw.isdigit() else None
+    form = PageForm(request.GET)
+    number = form.cleaned_data.get("page") if form.is_valid() else None
+    return {"page": page_of(request, problem_turns(), number, PAGE_SIZE), "query": ""}
 
 
 def _answer(request: HttpRequest) -> HttpResponse:
