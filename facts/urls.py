@@ -24,6 +24,7 @@ urlpatterns = [
     path("review/<int:pk>/dismiss/", views_review.candidate_dismiss, name="candidate_dismiss"),
     path("profiles/", views_profiles.profiles, name="profiles"),
     path("turns/", views_turns.turn_problems, name="turn_problems"),
+    path("turns/badge/", views_turns.turn_badge, name="turn_badge"),
     path("turns/retry/", views_turns.turn_retry_all, name="turn_retry_all"),
     path("turns/<int:pk>/retry/", views_turns.turn_retry, name="turn_retry"),
     path("profiles/edit/", views_profiles.profile_edit, name="profile_edit"),

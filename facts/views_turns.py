@@ -51,6 +51,13 @@ def turn_problems(request: HttpRequest) -> HttpResponse:
     return render(request, "facts/turns.html", ctx)
 
 
+@require_GET
+@login_required
+def turn_badge(request: HttpRequest) -> HttpResponse:
+    """The count in the navigation; refreshed by the `turnsChanged` event."""
+    return render(request, "facts/turns.html#badge", {"problem_count": problem_turns().count()})
+
+
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST

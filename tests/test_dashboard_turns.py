@@ -119,3 +119,13 @@ def test_retry_needs_a_post_with_the_csrf_token(reviewer) -> None:
     assert client.get(f"/turns/{failed.pk}/retry/").status_code == 405
     assert client.post(f"/turns/{failed.pk}/retry/").status_code == 403
     assert Turn.objects.get().status == "failed"
+
+
+def test_the_navigation_badge_counts_failed_and_stuck_turns(viewer_client: Client) -> None:
+    assert b'class="badge count"' in viewer_client.get("/turns/badge/").content
+    assert b"></span>" in viewer_client.get("/turns/badge/").content  # empty: hidden
+    _turn("failed", error="boom")
+    _turn("processing", thread="t2")
+    _turn("processing", thread="t3", lease_in=60)
+    assert b">2</span>" in viewer_client.get("/turns/badge/").content
+    assert b'hx-get="/turns/badge/"' in viewer_client.get("/").content
