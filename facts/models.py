@@ -161,6 +161,7 @@ class Turn(models.Model):
     run = models.ForeignKey("ExtractionRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="turns")
     # The claim of the worker processing it (facts/claims.py): who, and until when
     # unless renewed. A processing turn whose lease has passed is stuck: taken over.
+    # (Both are looked up with status=processing, which the indexes below lead with.)
     claimed_by = models.CharField(max_length=32, blank=True, default="")
     lease_until = models.DateTimeField(null=True, blank=True)
 
@@ -218,7 +219,12 @@ class ExtractionRun(models.Model):
     lease_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["-started_at"], name="run_recent")]
+        indexes = [
+            models.Index(fields=["-started_at"], name="run_recent"),
+            # the heartbeat's renewal (running runs of one claim) and the sweep (running
+            # runs past their lease): never a scan of every run ever recorded
+            models.Index(fields=["status", "claimed_by"], name="run_claim"),
+        ]
 
 
 class Candidate(models.Model):
