@@ -624,15 +624,19 @@ def run_turns_now(
 
 def _processing_turn(turn: CleanTurn) -> Turn:
     """The Turn row of a turn run synchronously (no debounce: it is being processed)."""
-    return Turn.objects.create(
-        **_thread(turn),
-        project_id=turn.project_id,
-        messages=turn.messages,
-        message_ids=turn.message_ids,
-        flush=True,
-        status=Turn.Status.PROCESSING,
-        attempts=1,
-    )
+    with transaction.atomic():
+        # Refused before it is stored (found by tests/test_erasure_process.py: without
+        # this, turns refused later in the pipeline stayed behind with their messages).
+        refuse_turn(turn.user_id, turn.agent_name, turn.thread_id, turn.project_id)
+        return Turn.objects.create(
+            **_thread(turn),
+            project_id=turn.project_id,
+            messages=turn.messages,
+            message_ids=turn.message_ids,
+            flush=True,
+            status=Turn.Status.PROCESSING,
+            attempts=1,
+        )
 
 
 # Turns per group commit in `run_replays` (`manage.py ingest --batch-size`).

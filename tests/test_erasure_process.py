@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -172,3 +173,57 @@ def test_on_postgresql_the_rows_are_gone(proc_env: Env, tmp_path: Path) -> None:
     proc_env.manage("erase", "--user", "xena", "--yes")
     assert not any(rows_of(proc_env, "xena").values())
     assert grep(proc_env, list(XENA_WORDS.values())) == {}
+
+
+POSTER = """
+import json, sys, time
+from facts.erasure import ErasureInProgress
+from facts.ingestion import run_turns_now
+from tests.erasure_seed import turns
+base = turns()[1]
+n, accepted, refused = 0, 0, 0
+deadline = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < deadline:
+    n += 1
+    word = f"racerword{n:04d}"
+    turn = dict(base, thread_id=f"race-{n}", messages=[{"role": "user", "content": f"I drink {word} tea.", "id": "m"}],
+                model_output={"facts": [dict(base["model_output"]["facts"][0], key=f"k{n}",
+                    content=f"User drinks {word} tea.", evidence_text=word, evidence_message_id="m")]})
+    try:
+        run_turns_now(**turn)
+        accepted += 1
+    except ErasureInProgress:
+        refused += 1
+print(json.dumps({"attempts": n, "accepted": accepted, "refused": refused}))
+"""
+
+
+def test_turns_racing_an_erasure_are_refused_or_erased_never_half_kept(proc_env: Env, tmp_path: Path) -> None:
+    seed(proc_env, tmp_path)
+    script = tmp_path / "poster.py"
+    script.write_text("import django; django.setup()\n" + POSTER, encoding="utf-8")
+    poster = proc_env.popen(str(script), "12", stdout=subprocess.PIPE)
+    time.sleep(4)  # the poster is writing cards when the erasure begins
+    proc_env.manage("erase", "--user", "xena", "--yes")
+    out, _ = poster.communicate(timeout=120)
+    figures = json.loads(out.strip().splitlines()[-1])
+
+    # Everything of xena still there was accepted after the erasure had finished: no
+    # turn, run or candidate from before, no card whose run was erased (card times
+    # are stored to the second, so cards are matched by their run).
+    left = json.loads(
+        proc_env.django(
+            "import json\nfrom facts.models import Erasure, FactCard, Turn, ExtractionRun, Candidate\n"
+            "done = Erasure.objects.get().finished_at\n"
+            "print(json.dumps({'old_turns': Turn.objects.filter(user_id='xena', received_at__lte=done).count(),"
+            " 'old_runs': ExtractionRun.objects.filter(user_id='xena', started_at__lte=done).count(),"
+            " 'old_cards': FactCard.objects.filter(user_id='xena').exclude(source_run_id__in="
+            "  [str(pk) for pk in ExtractionRun.objects.values_list('pk', flat=True)]).count(),"
+            " 'old_candidates': Candidate.objects.filter(user_id='xena', created_at__lte=done).count(),"
+            " 'turns_after': Turn.objects.filter(user_id='xena').count()}))"
+        )
+    )
+    assert left["old_turns"] == left["old_runs"] == left["old_cards"] == left["old_candidates"] == 0, left
+    assert figures["accepted"] > 0
+    assert proc_env.check_drift()[0] == 0
+    report_numbers("erase_racing_turns", **figures, kept_after_erasure=left["turns_after"])
