@@ -230,3 +230,22 @@ def test_agent_narrowing_keeps_the_other_agents(memory_root: Path) -> None:
 
     assert list(FactCard.objects.values_list("agent_name", flat=True)) == ["coder"]
     assert not (get_store().user_dir("xena") / "agents" / "writer").exists()
+
+
+def test_project_narrowing_erases_what_came_from_that_projects_turns(seeded: dict[str, Any], memory_root: Path) -> None:
+    erasure.erase(Scope.of("xena", project_id="p1"), actor="tester")
+
+    assert not Turn.objects.filter(user_id="xena", project_id="p1").exists()
+    assert XENA_WORDS["thread1_project"] not in db_text() + files_text(memory_root)
+    assert list(FactCard.objects.filter(user_id="xena").values_list("key", flat=True)) == ["tea"]
+    assert FactCard.objects.filter(user_id="", project_id="p1").count() == 1  # yuri's project card stays
+    assert rebuild.check().clean
+
+
+def test_ids_that_could_escape_the_root_are_refused(memory_root: Path) -> None:
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError):
+        call_command("erase", "--user", "x" * 300)
+    with pytest.raises(CommandError):
+        call_command("erase", "--user", "alice", "--agent", "../../etc")
