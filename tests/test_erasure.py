@@ -249,3 +249,16 @@ def test_ids_that_could_escape_the_root_are_refused(memory_root: Path) -> None:
         call_command("erase", "--user", "x" * 300)
     with pytest.raises(CommandError):
         call_command("erase", "--user", "alice", "--agent", "../../etc")
+
+
+def test_queued_worker_tasks_naming_the_user_are_removed(settings: Any) -> None:
+    from django_tasks_db.models import DBTaskResult
+
+    settings.TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default"]}}
+    for user in ("xena", "yuri"):
+        record_turn(user_id=user, agent_name="coder", thread_id="t", messages=[{"role": "user", "content": "hi"}])
+    assert DBTaskResult.objects.count() == 2
+
+    erasure.erase(Scope.of("xena"), actor="tester")
+
+    assert [r.args_kwargs["args"][0] for r in DBTaskResult.objects.all()] == ["yuri"]
