@@ -78,10 +78,15 @@ def person(request: HttpRequest) -> HttpResponse:
         .annotate(turns=Count("id"), last=Max("received_at"))
         .order_by("-last")[:200]
     )
+    per_thread = {
+        (row["agent_name"], row["source_thread_id"]): row["n"]
+        for row in FactCard.objects.filter(user_id=user_id)
+        .values("agent_name", "source_thread_id")
+        .annotate(n=Count("id"))
+        .order_by()
+    }
     for thread in threads:
-        thread["cards"] = FactCard.objects.filter(
-            user_id=user_id, agent_name=thread["agent_name"], source_thread_id=thread["thread_id"]
-        ).count()
+        thread["cards"] = per_thread.get((thread["agent_name"], thread["thread_id"]), 0)
     ctx = {
         "user_id": user_id,
         "agents": agents,

@@ -262,3 +262,14 @@ def test_queued_worker_tasks_naming_the_user_are_removed(settings: Any) -> None:
     erasure.erase(Scope.of("xena"), actor="tester")
 
     assert [r.args_kwargs["args"][0] for r in DBTaskResult.objects.all()] == ["yuri"]
+
+
+def test_the_in_process_middleware_memory_drops_a_refused_turn_instead_of_queueing_it(seeded: dict[str, Any]) -> None:
+    from memoryadmin.langchain_memory import LocalMemory, MemoryContext, deliver
+
+    memory = LocalMemory()
+    erasure._begin(Scope.of("xena"), "tester")
+    ctx = MemoryContext(user_id="xena", agent_name="coder", project_id=None, thread_id="t")
+
+    assert deliver(memory, ctx, [{"role": "user", "content": "late", "id": "m"}], flush=False) is False
+    assert len(memory.outbox) == 0
