@@ -197,6 +197,22 @@ def refuse_cards(cards: Sequence[Card]) -> None:
             raise ErasureInProgress(markers[0].user_id)
 
 
+def refuse_runs(runs: Sequence[ExtractionRun]) -> None:
+    """The gate asks this under the bucket locks before judging runs: refused when an
+    erasure covers a run's thread, or when the run row is gone (an erasure finished
+    while the run waited for its model)."""
+    if _bypass.get() or not runs:
+        return
+    for run in runs:
+        if any(
+            _scope_of(m).covers_turn(run.agent_name, run.thread_id, run.project_id) for m in _running([run.user_id])
+        ):
+            raise ErasureInProgress(run.user_id)
+    ids = {run.pk for run in runs}
+    if ExtractionRun.objects.filter(pk__in=ids).count() != len(ids):
+        raise ErasureInProgress(next(run.user_id for run in runs))
+
+
 def refuse_profile(user_id: str) -> None:
     """The write function asks this under the user's lock before writing memory.json."""
     if _bypass.get():

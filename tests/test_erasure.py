@@ -273,3 +273,17 @@ def test_the_in_process_middleware_memory_drops_a_refused_turn_instead_of_queuei
 
     assert deliver(memory, ctx, [{"role": "user", "content": "late", "id": "m"}], flush=False) is False
     assert len(memory.outbox) == 0
+
+
+def test_a_model_call_that_outlives_the_whole_erasure_writes_nothing(memory_root: Path) -> None:
+    from facts import gate
+    from facts.ingestion import _start
+
+    started = _start(**turns()[1], project_id="")  # the run is recorded, the model has answered ...
+    erasure.erase(Scope.of("xena"), actor="tester")  # ... and the erasure runs to its end meanwhile
+
+    with pytest.raises(ErasureInProgress):
+        gate.apply_runs([(started.run, started.parsed, started.ctx)])
+
+    assert not FactCard.objects.filter(user_id="xena").exists()
+    assert not (memory_root / "users" / "xena").exists()
