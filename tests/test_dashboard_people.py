@@ -21,7 +21,7 @@ def seeded() -> None:
         run_turns_now(**t)
 
 
-def test_a_person_page_lists_agents_fact_counts_and_conversations(seeded: None, viewer_client: Client) -> None:
+def test_it_lists_a_persons_agents_fact_counts_and_conversations(seeded: None, viewer_client: Client) -> None:
     response = viewer_client.get("/people/user/", {"user": "xena"})
 
     page = response.content.decode()
@@ -32,7 +32,7 @@ def test_a_person_page_lists_agents_fact_counts_and_conversations(seeded: None, 
     assert "Erase this user" not in page  # viewers do not see the action
 
 
-def test_the_people_list_links_ids_that_are_unsafe_in_a_path(viewer_client: Client) -> None:
+def test_it_links_ids_that_are_unsafe_in_a_path(viewer_client: Client) -> None:
     run_turns_now(**{**turns()[1], "user_id": "a/b?c#d"})
 
     listing = viewer_client.get("/people/").content.decode()
@@ -40,7 +40,7 @@ def test_the_people_list_links_ids_that_are_unsafe_in_a_path(viewer_client: Clie
     assert viewer_client.get("/people/user/", {"user": "a/b?c#d"}).context["agents"][0].active == 1
 
 
-def test_erasing_a_person_shows_a_dry_run_then_needs_the_typed_user_id(seeded: None, admin_client_: Client) -> None:
+def test_it_shows_a_dry_run_then_needs_the_typed_user_id_to_erase_a_person(seeded: None, admin_client_: Client) -> None:
     preview = admin_client_.get("/people/user/erase/", {"user": "xena"})
     counts = {kind: count for kind, count, _ids in preview.context["rows"]}
     assert counts["cards"] == 2 and counts["turns"] == 2
@@ -58,13 +58,13 @@ def test_erasing_a_person_shows_a_dry_run_then_needs_the_typed_user_id(seeded: N
     assert FactCard.objects.filter(user_id="yuri").exists()
 
 
-def test_only_admins_erase_a_person(seeded: None, reviewer_client: Client) -> None:
+def test_it_lets_only_admins_erase_a_person(seeded: None, reviewer_client: Client) -> None:
     assert reviewer_client.get("/people/user/erase/", {"user": "xena"}).status_code == 403
     assert reviewer_client.post("/people/user/erase/", {"user": "xena", "confirm": "xena"}).status_code == 403
     assert FactCard.objects.filter(user_id="xena").count() == 2
 
 
-def test_erasing_needs_the_csrf_token(seeded: None, admin_user: Any) -> None:
+def test_it_needs_the_csrf_token_to_erase(seeded: None, admin_user: Any) -> None:
     client = Client(enforce_csrf_checks=True)
     client.force_login(admin_user)
     response = client.post("/people/user/erase/", {"user": "xena", "confirm": "xena"})
@@ -72,7 +72,7 @@ def test_erasing_needs_the_csrf_token(seeded: None, admin_user: Any) -> None:
     assert not Erasure.objects.exists()
 
 
-def test_forget_a_conversation_erases_its_turns_and_candidates_after_the_typed_thread_id(
+def test_it_forgets_a_conversations_turns_and_candidates_after_the_typed_thread_id(
     seeded: None, admin_client_: Client
 ) -> None:
     query = {"user": "xena", "agent": "coder", "thread": "x-t1"}

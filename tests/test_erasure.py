@@ -110,7 +110,7 @@ def test_it_erases_one_conversation_and_nothing_else_of_the_user(seeded: dict[st
     assert rebuild.check().clean
 
 
-def test_the_dry_run_lists_what_would_go_and_changes_nothing(seeded: dict[str, Any], memory_root: Path) -> None:
+def test_it_lists_what_would_go_in_a_dry_run_and_changes_nothing(seeded: dict[str, Any], memory_root: Path) -> None:
     before_db, before_files = db_text(), files_text(memory_root)
 
     out = io.StringIO()
@@ -124,14 +124,14 @@ def test_the_dry_run_lists_what_would_go_and_changes_nothing(seeded: dict[str, A
     assert not Erasure.objects.exists()
 
 
-def test_the_command_erases_with_yes_and_prints_counts(seeded: dict[str, Any]) -> None:
+def test_it_erases_with_yes_and_prints_counts(seeded: dict[str, Any]) -> None:
     out = io.StringIO()
     call_command("erase", "--user", "xena", "--yes", stdout=out)
     assert "cards: 2" in out.getvalue()
     assert not FactCard.objects.filter(user_id="xena").exists()
 
 
-def test_the_audit_entry_names_ids_and_counts_never_content(seeded: dict[str, Any]) -> None:
+def test_it_audits_ids_and_counts_never_content(seeded: dict[str, Any]) -> None:
     erasure.erase(Scope.of("xena"), actor="tester")
 
     event = AuditEvent.objects.get(action=AuditEvent.Action.ERASE)
@@ -146,7 +146,7 @@ def test_the_audit_entry_names_ids_and_counts_never_content(seeded: dict[str, An
     assert correction.reason == "" and correction.details == {"fact_id": seeded["tea"], "erased": True}
 
 
-def test_a_turn_arriving_during_an_erasure_is_refused_and_the_rerun_finishes(
+def test_it_refuses_a_turn_arriving_during_an_erasure_and_the_rerun_finishes(
     seeded: dict[str, Any], make_card: Any
 ) -> None:
     marker, _ = erasure._begin(Scope.of("xena"), "killed")  # an erasure killed right after it began
@@ -170,7 +170,7 @@ def test_a_turn_arriving_during_an_erasure_is_refused_and_the_rerun_finishes(
     record_turn(user_id="xena", agent_name="coder", thread_id="x-t9", messages=[{"role": "user", "content": "again"}])
 
 
-def test_the_worker_claims_nothing_of_a_user_being_erased(seeded: dict[str, Any], settings: Any) -> None:
+def test_it_lets_the_worker_claim_nothing_of_a_user_being_erased(seeded: dict[str, Any], settings: Any) -> None:
     settings.MEMORY_DEBOUNCE_SECONDS = 0
     record_turn(user_id="xena", agent_name="coder", thread_id="x-t5", messages=[{"role": "user", "content": "x"}])
     erasure._begin(Scope.of("xena"), "tester")
@@ -183,14 +183,14 @@ def test_the_worker_claims_nothing_of_a_user_being_erased(seeded: dict[str, Any]
     assert not Turn.objects.filter(user_id="xena").exists()
 
 
-def test_a_thread_erasure_refuses_only_that_threads_turns(seeded: dict[str, Any]) -> None:
+def test_it_refuses_only_that_threads_turns_during_a_thread_erasure(seeded: dict[str, Any]) -> None:
     erasure._begin(Scope.of("xena", "coder", "x-t1"), "tester")
     with pytest.raises(ErasureInProgress):
         record_turn(user_id="xena", agent_name="coder", thread_id="x-t1", messages=[{"role": "user", "content": "a"}])
     record_turn(user_id="xena", agent_name="coder", thread_id="x-t2", messages=[{"role": "user", "content": "b"}])
 
 
-def test_the_api_answers_409_for_a_turn_of_a_user_being_erased(seeded: dict[str, Any]) -> None:
+def test_it_answers_409_to_an_api_turn_of_a_user_being_erased(seeded: dict[str, Any]) -> None:
     from memoryadmin.models import ApiKey
 
     _key, raw = ApiKey.issue("agent")
@@ -205,7 +205,7 @@ def test_the_api_answers_409_for_a_turn_of_a_user_being_erased(seeded: dict[str,
     assert not Turn.objects.filter(thread_id="t").exists()
 
 
-def test_rerunning_a_finished_erasure_finds_nothing(seeded: dict[str, Any]) -> None:
+def test_it_finds_nothing_when_a_finished_erasure_is_rerun(seeded: dict[str, Any]) -> None:
     erasure.erase(Scope.of("xena"), actor="tester")
     assert erasure.plan(Scope.of("xena")).empty
     report = erasure.erase(Scope.of("xena"), actor="tester")
@@ -222,7 +222,7 @@ def test_it_erases_cards_whose_file_is_already_gone(seeded: dict[str, Any], memo
     assert rebuild.check().clean
 
 
-def test_agent_narrowing_keeps_the_other_agents(memory_root: Path) -> None:
+def test_it_keeps_the_other_agents_when_narrowed_to_one(memory_root: Path) -> None:
     for agent in ("coder", "writer"):
         run_turns_now(**{**turns()[1], "agent_name": agent})
 
@@ -232,7 +232,7 @@ def test_agent_narrowing_keeps_the_other_agents(memory_root: Path) -> None:
     assert not (get_store().user_dir("xena") / "agents" / "writer").exists()
 
 
-def test_project_narrowing_erases_what_came_from_that_projects_turns(seeded: dict[str, Any], memory_root: Path) -> None:
+def test_it_erases_what_came_from_one_projects_turns(seeded: dict[str, Any], memory_root: Path) -> None:
     erasure.erase(Scope.of("xena", project_id="p1"), actor="tester")
 
     assert not Turn.objects.filter(user_id="xena", project_id="p1").exists()
@@ -242,7 +242,7 @@ def test_project_narrowing_erases_what_came_from_that_projects_turns(seeded: dic
     assert rebuild.check().clean
 
 
-def test_ids_that_could_escape_the_root_are_refused(memory_root: Path) -> None:
+def test_it_refuses_ids_that_could_escape_the_root(memory_root: Path) -> None:
     from django.core.management.base import CommandError
 
     with pytest.raises(CommandError):
@@ -251,7 +251,7 @@ def test_ids_that_could_escape_the_root_are_refused(memory_root: Path) -> None:
         call_command("erase", "--user", "alice", "--agent", "../../etc")
 
 
-def test_queued_worker_tasks_naming_the_user_are_removed(settings: Any) -> None:
+def test_it_removes_queued_worker_tasks_naming_the_user(settings: Any) -> None:
     from django_tasks_db.models import DBTaskResult
 
     settings.TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default"]}}
@@ -264,7 +264,7 @@ def test_queued_worker_tasks_naming_the_user_are_removed(settings: Any) -> None:
     assert [r.args_kwargs["args"][0] for r in DBTaskResult.objects.all()] == ["yuri"]
 
 
-def test_the_in_process_middleware_memory_drops_a_refused_turn_instead_of_queueing_it(seeded: dict[str, Any]) -> None:
+def test_it_makes_the_in_process_middleware_drop_a_refused_turn_instead_of_queueing_it(seeded: dict[str, Any]) -> None:
     from memoryadmin.langchain_memory import LocalMemory, MemoryContext, deliver
 
     memory = LocalMemory()
@@ -275,7 +275,7 @@ def test_the_in_process_middleware_memory_drops_a_refused_turn_instead_of_queuei
     assert len(memory.outbox) == 0
 
 
-def test_a_model_call_that_outlives_the_whole_erasure_writes_nothing(memory_root: Path) -> None:
+def test_it_lets_a_model_call_that_outlives_the_whole_erasure_write_nothing(memory_root: Path) -> None:
     from facts import gate
     from facts.ingestion import _start
 

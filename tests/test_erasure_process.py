@@ -101,7 +101,7 @@ def test_it_forgets_one_conversation_to_the_byte_and_keeps_the_others(proc_env: 
     assert proc_env.check_drift()[0] == 0
 
 
-def test_the_dry_run_changes_no_byte(proc_env: Env, tmp_path: Path) -> None:
+def test_it_changes_no_byte_in_a_dry_run(proc_env: Env, tmp_path: Path) -> None:
     seed(proc_env, tmp_path)
     before = {p: p.read_bytes() for p in proc_env.root.rglob("*") if p.is_file() and ".retrieval" not in p.parts}
 
@@ -123,7 +123,7 @@ def late_turn(env: Env) -> str:
     ).strip()
 
 
-def test_an_erasure_killed_at_every_step_is_finished_by_a_rerun(proc_env: Env, tmp_path: Path) -> None:
+def test_it_finishes_an_erasure_killed_at_every_step_by_a_rerun(proc_env: Env, tmp_path: Path) -> None:
     seed(proc_env, tmp_path)
     words = list(XENA_WORDS.values())
     killed = []
@@ -147,7 +147,7 @@ def test_an_erasure_killed_at_every_step_is_finished_by_a_rerun(proc_env: Env, t
     report_numbers("erase_killed_at_steps", kills=len(killed), points=killed)
 
 
-def test_an_erasure_killed_at_random_moments_is_finished_by_a_rerun(proc_env: Env, tmp_path: Path) -> None:
+def test_it_finishes_an_erasure_killed_at_random_moments_by_a_rerun(proc_env: Env, tmp_path: Path) -> None:
     seed(proc_env, tmp_path)
     started = time.monotonic()
     proc_env.manage("erase", "--user", "xena")  # a dry run: how long a run takes here
@@ -170,7 +170,7 @@ def test_an_erasure_killed_at_random_moments_is_finished_by_a_rerun(proc_env: En
 
 
 @pytest.mark.skipif(not on_postgres(), reason="PostgreSQL only")
-def test_on_postgresql_the_rows_are_gone(proc_env: Env, tmp_path: Path) -> None:
+def test_it_removes_the_rows_on_postgresql(proc_env: Env, tmp_path: Path) -> None:
     seed(proc_env, tmp_path)
     proc_env.manage("erase", "--user", "xena", "--yes")
     assert not any(rows_of(proc_env, "xena").values())
@@ -200,7 +200,7 @@ print(json.dumps({"attempts": n, "accepted": accepted, "refused": refused}))
 """
 
 
-def test_turns_racing_an_erasure_are_refused_or_erased_never_half_kept(proc_env: Env, tmp_path: Path) -> None:
+def test_it_refuses_or_erases_turns_racing_an_erasure_never_half_keeps_them(proc_env: Env, tmp_path: Path) -> None:
     seed(proc_env, tmp_path)
     script = tmp_path / "poster.py"
     script.write_text("import django; django.setup()\n" + POSTER, encoding="utf-8")
