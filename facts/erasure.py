@@ -41,7 +41,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from .models import (
@@ -341,8 +341,6 @@ def _collect(scope: Scope, store: Store, known: Iterable[str] = ()) -> Plan:
         mirror = mirror.filter(agent_name=scope.agent_name)
     if scope.thread_id:
         mirror = mirror.filter(source_thread_id=scope.thread_id)
-    if scope.project_id:
-        mirror = mirror.filter(source_run_id__in=run_keys)
 
     # Project cards whose source is one of this scope's runs (a project card has one
     # source: if it is this user's message, the card came only from this user).
@@ -355,11 +353,10 @@ def _collect(scope: Scope, store: Store, known: Iterable[str] = ()) -> Plan:
         for card in _read_cards(store, pfolder, []):
             if card.user_id is None and (card.source.run_id or "") in run_keys:
                 out.cards.append(card)
-    project_rows = FactCard.objects.filter(user_id="", source_run_id__in=run_keys) if run_keys else None
     on_disk = {c.id for c in out.cards}
-    mirror_ids = set(mirror.values_list("id", flat=True))
-    if project_rows is not None:
-        mirror_ids |= set(project_rows.values_list("id", flat=True))
+    mirror_ids = {i for i, run in mirror.values_list("id", "source_run_id") if not scope.project_id or run in run_keys}
+    project_rows = FactCard.objects.filter(user_id="", project_id__in=projects).values_list("id", "source_run_id")
+    mirror_ids |= {i for i, run in project_rows if run in run_keys}
     out.mirror_only = sorted(mirror_ids - on_disk)
     out.known = sorted(set(out.known) - on_disk - mirror_ids)
     fact_ids = out.fact_ids
@@ -386,23 +383,46 @@ def _collect(scope: Scope, store: Store, known: Iterable[str] = ()) -> Plan:
         ]
 
     out.turns = list(Turn.objects.filter(scope.rows()).values_list("pk", flat=True))
-    candidates = Candidate.objects.filter(Q(run_id__in=out.runs) | scope.rows())
+    # Runs as a subquery and ids in chunks: a user may have more rows than SQLite
+    # takes parameters in one statement.
+    candidates = Candidate.objects.filter(Q(run__in=runs) | scope.rows())
     out.candidates = list(candidates.values_list("pk", flat=True))
-    extracted = ExtractedMessage.objects.filter(run_id__in=out.runs)
+    extracted = ExtractedMessage.objects.filter(run__in=runs)
     if not scope.project_id:
-        extracted = ExtractedMessage.objects.filter(Q(run_id__in=out.runs) | scope.rows(with_project=False))
+        extracted = ExtractedMessage.objects.filter(Q(run__in=runs) | scope.rows(with_project=False))
     out.extracted_messages = list(extracted.values_list("pk", flat=True))
-    out.card_revisions = list(FactRevision.objects.filter(fact_id__in=fact_ids).values_list("pk", flat=True))
-    out.usage = list(FactUsage.objects.filter(fact_id__in=fact_ids).values_list("fact_id", flat=True))
+    out.card_revisions = _values_in(FactRevision.objects.all(), "fact_id", fact_ids, "pk")
+    out.usage = _values_in(FactUsage.objects.all(), "fact_id", fact_ids, "fact_id")
     out.golden_queries = _golden_queries(scope, set(fact_ids))
     out.tasks = [str(pk) for pk in _tasks(scope)]
-    candidate_targets = [f"candidate:{pk}" for pk in out.candidates]
-    events = AuditEvent.objects.filter(Q(target__in=fact_ids) | Q(target__in=candidate_targets))
+    events = AuditEvent.objects.exclude(action=AuditEvent.Action.ERASE).exclude(reason="", details__erased=True)
+    targets = fact_ids + [f"candidate:{pk}" for pk in out.candidates]
+    found = set(_values_in(events, "target", targets, "pk"))
     if scope.whole_user:
-        events = AuditEvent.objects.filter(Q(user_id=scope.user_id) | Q(pk__in=events.values("pk")))
-    events = events.exclude(action=AuditEvent.Action.ERASE).exclude(reason="", details__erased=True)
-    out.audit_events = list(events.values_list("pk", flat=True))
+        found |= set(events.filter(user_id=scope.user_id).values_list("pk", flat=True))
+    out.audit_events = sorted(found)
     return out
+
+
+CHUNK = 500
+
+
+def _chunks(values: Sequence[Any]) -> Iterator[list[Any]]:
+    values = list(values)
+    for start in range(0, len(values), CHUNK):
+        yield values[start : start + CHUNK]
+
+
+def _values_in(query: QuerySet, field_name: str, values: Sequence[Any], column: str) -> list[Any]:
+    out: list[Any] = []
+    for chunk in _chunks(values):
+        out += query.filter(**{f"{field_name}__in": chunk}).values_list(column, flat=True)
+    return out
+
+
+def _delete_in(query: QuerySet, field_name: str, values: Sequence[Any]) -> None:
+    for chunk in _chunks(values):
+        query.filter(**{f"{field_name}__in": chunk}).delete()
 
 
 def _sections(document: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -559,7 +579,7 @@ def _erase_memory(scope: Scope, store: Store, actor: str, marker: Erasure) -> Pl
                 _failpoint("during_cards")
             # Rows whose file was already gone (drift, or a previous run killed between
             # the file and its mirror row): mirror, history and index entries.
-            FactCard.objects.filter(id__in=found.mirror_only).delete()
+            _delete_in(FactCard.objects.all(), "id", found.mirror_only)
             if found.mirror_only:
                 hooks.cards_changed([], [Card.model_construct(id=i) for i in found.mirror_only])
             for rel in found.unreadable:
@@ -606,35 +626,37 @@ def _erase_rows(found: Plan) -> None:
         if connection.vendor == "sqlite":
             with connection.cursor() as cursor:
                 cursor.execute("PRAGMA secure_delete=ON")
-        Candidate.objects.filter(pk__in=found.candidates).delete()
-        ExtractedMessage.objects.filter(pk__in=found.extracted_messages).delete()
-        Turn.objects.filter(pk__in=found.turns).delete()
-        ExtractionRun.objects.filter(pk__in=found.runs).delete()
-        FactRevision.objects.filter(fact_id__in=ids).delete()
-        FactUsage.objects.filter(fact_id__in=ids).delete()
-        FactCard.objects.filter(id__in=ids).delete()
+        _delete_in(Candidate.objects.all(), "pk", found.candidates)
+        _delete_in(ExtractedMessage.objects.all(), "pk", found.extracted_messages)
+        _delete_in(Turn.objects.all(), "pk", found.turns)
+        _delete_in(ExtractionRun.objects.all(), "pk", found.runs)
+        _delete_in(FactRevision.objects.all(), "fact_id", ids)
+        _delete_in(FactUsage.objects.all(), "fact_id", ids)
+        _delete_in(FactCard.objects.all(), "id", ids)
         if found.profile:
             ProfileSection.objects.filter(user_id=scope.user_id).delete()
             ProfileRevision.objects.filter(user_id=scope.user_id).delete()
         else:
-            ProfileRevision.objects.filter(pk__in=found.profile_revisions).delete()
+            _delete_in(ProfileRevision.objects.all(), "pk", found.profile_revisions)
         from retrieval.models import GoldenQuery
 
-        GoldenQuery.objects.filter(pk__in=found.golden_queries).delete()
+        _delete_in(GoldenQuery.objects.all(), "pk", found.golden_queries)
         if found.tasks:
             from django_tasks_db.models import DBTaskResult
 
-            tasks = DBTaskResult.objects.filter(pk__in=found.tasks)
-            # A running task's row is saved by its worker when it ends: deleting it
-            # would crash that worker, so its arguments are blanked instead.
-            tasks.filter(status="RUNNING").update(args_kwargs={"args": [], "kwargs": {}, "erased": True})
-            tasks.exclude(status="RUNNING").delete()
-        for event in AuditEvent.objects.filter(pk__in=found.audit_events):
-            details = {k: v for k, v in (event.details or {}).items() if k in _AUDIT_ID_KEYS}
-            details["erased"] = True
-            event.reason = ""
-            event.details = details
-            event.save(update_fields=["reason", "details"])
+            for chunk in _chunks(found.tasks):
+                tasks = DBTaskResult.objects.filter(pk__in=chunk)
+                # A running task's row is saved by its worker when it ends: deleting it
+                # would crash that worker, so its arguments are blanked instead.
+                tasks.filter(status="RUNNING").update(args_kwargs={"args": [], "kwargs": {}, "erased": True})
+                tasks.exclude(status="RUNNING").delete()
+        for chunk in _chunks(found.audit_events):
+            for event in AuditEvent.objects.filter(pk__in=chunk):
+                details = {k: v for k, v in (event.details or {}).items() if k in _AUDIT_ID_KEYS}
+                details["erased"] = True
+                event.reason = ""
+                event.details = details
+                event.save(update_fields=["reason", "details"])
 
 
 def _remove_folder(store: Store, scope: Scope) -> None:

@@ -287,3 +287,14 @@ def test_it_lets_a_model_call_that_outlives_the_whole_erasure_write_nothing(memo
 
     assert not FactCard.objects.filter(user_id="xena").exists()
     assert not (memory_root / "users" / "xena").exists()
+
+
+def test_it_erases_more_cards_than_one_statement_takes(make_card: Any, memory_root: Path) -> None:
+    cards = [make_card(user_id="xena", content=f"Card number {n} of many.") for n in range(1203)]
+    writer.commit([writer.Put(c) for c in cards], actor="seed")
+
+    report = erasure.erase(Scope.of("xena"), actor="tester")
+
+    assert report.counts["cards"] == 1203 and report.counts["card_revisions"] == 1203
+    assert not FactCard.objects.exists() and not FactRevision.objects.exists()
+    assert rebuild.check().clean
