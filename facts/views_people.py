@@ -119,7 +119,7 @@ def _erase(request: HttpRequest, scope: erasure.Scope) -> erasure.Report | None:
 def person_erase(request: HttpRequest) -> HttpResponse:
     """Erase a person: GET shows what would go; POST with the user id typed erases it."""
     data = request.POST if request.method == "POST" else request.GET
-    form = EraseForm(data)
+    form = EraseForm(request.POST) if request.method == "POST" else EraseForm()
     if "user" not in data:
         return redirect("people")
     try:

@@ -45,6 +45,7 @@ def test_it_shows_a_dry_run_then_needs_the_typed_user_id_to_erase_a_person(seede
     counts = {kind: count for kind, count, _ids in preview.context["rows"]}
     assert counts["cards"] == 2 and counts["turns"] == 2
     assert FactCard.objects.filter(user_id="xena").count() == 2  # the dry run changed nothing
+    assert b'class="error"' not in preview.content  # nothing was tried yet: no error shown
 
     wrong = admin_client_.post("/people/user/erase/", {"user": "xena", "confirm": "xen"})
     assert wrong.status_code == 400
