@@ -117,7 +117,7 @@ class ForgetThreadForm(forms.Form):
     user = forms.CharField(max_length=200)
     agent = forms.CharField(max_length=64)
     thread = forms.CharField(max_length=200)
-    reason = forms.CharField(required=False, max_length=2000)
+    confirm = forms.CharField(required=False, max_length=200, label="Type the thread id to confirm")
 
     def clean_agent(self) -> str:
         return clean_agent(self.cleaned_data.get("agent", ""))
@@ -189,6 +189,20 @@ class UserPick(forms.Form):
 
 class PageForm(forms.Form):
     page = forms.IntegerField(required=False, min_value=1)
+
+
+class EraseForm(forms.Form):
+    """Erase a person: the admin types the user id again (no free-text reason: an
+    erasure's audit entry must hold no content)."""
+
+    user = forms.CharField(max_length=200)
+    confirm = forms.CharField(max_length=200, label="Type the user id to confirm")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if "user" in data and (data.get("confirm") or "").strip() != data["user"]:
+            self.add_error("confirm", "Type the user id exactly to confirm.")
+        return data
 
 
 class DeleteForm(OptionalReasonForm):

@@ -395,6 +395,12 @@ def apply_runs(
         if ctx.project_id:
             buckets.add(Bucket(project_id=ctx.project_id))
     with store.lock(*buckets):
+        # Under the locks an erasure holds while it deletes the user's files: a run whose
+        # user is being erased, or whose run row an erasure already removed (a model
+        # call that outlived the whole erasure), writes nothing.
+        from .erasure import refuse_runs
+
+        refuse_runs([run for run, _parsed, _ctx in runs])
         plan = _Plan(store)
         judged = [_judge_run(plan, run, parsed, ctx) for run, parsed, ctx in runs]
         rows = [row for run_rows in judged for row in run_rows]

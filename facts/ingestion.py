@@ -32,6 +32,7 @@ from langchain_core.messages import BaseMessage, message_to_dict, messages_from_
 
 from . import bulk, claims, gate
 from .enums import PROFILE_SECTIONS
+from .erasure import ErasureInProgress, erasing, refuse_turn
 from .extraction import ExtractionError, extract
 from .filtering import Row, filter_messages, has_user_text, text_of, to_message
 from .models import Candidate, ExtractedMessage, ExtractionRun, FactCard, Turn
@@ -239,6 +240,8 @@ def record_turn(
         user_id=user_id, agent_name=agent_name, thread_id=thread_id, project_id=project_id, messages=messages
     )
     with transaction.atomic():
+        # A turn of a user being erased is refused, never half-kept (the API answers 409).
+        refuse_turn(turn.user_id, turn.agent_name, turn.thread_id, turn.project_id)
         known = _known_ids(turn)
         fresh = [(m, i) for m, i in zip(turn.messages, turn.message_ids, strict=True) if i not in known]
         now = timezone.now()
@@ -325,6 +328,8 @@ def process_thread(
     now = now or timezone.now()
     thread = {"user_id": user_id, "agent_name": agent_name, "thread_id": thread_id}
     reclaim_expired(thread=thread, enqueue=False)
+    if erasing(user_id, agent_name, thread_id):
+        return ThreadOutcome("idle")  # its turns are being erased: nothing to claim
     pending = list(Turn.objects.filter(status=Turn.Status.PENDING, **thread).order_by("received_at", "pk"))
     if not pending:
         return ThreadOutcome("idle")
@@ -360,6 +365,9 @@ def process_thread(
             )
         except ExtractionError as exc:
             return _failed(ids, token, str(exc), now)
+        except ErasureInProgress:
+            # The user is being erased: these turns go with them; no retry is scheduled.
+            return ThreadOutcome("idle", ids)
         except Exception as exc:  # a bug or a store problem: keep the turns, record why
             log.exception("processing thread %s/%s/%s failed", user_id, agent_name, thread_id)
             return _failed(ids, token, f"{exc.__class__.__name__}: {exc}", now)
@@ -589,17 +597,20 @@ def _start(
     fresh = _new_messages(user_id, agent_name, thread_id, messages)
     rows: list[Row] = filter_messages(fresh)
     replay = model_output is not None
-    run = ExtractionRun.objects.create(
-        user_id=user_id,
-        agent_name=agent_name,
-        thread_id=thread_id,
-        project_id=project_id or "",
-        filtered_rows=rows,
-        replay=replay,
-        model_name="" if replay else settings.MEMORY_LLM_MODEL,
-        claimed_by=claim,
-        lease_until=claims.lease_until(),
-    )
+    with transaction.atomic():
+        # The run holds the user's words: never recorded once an erasure has begun.
+        refuse_turn(user_id, agent_name, thread_id, project_id or "")
+        run = ExtractionRun.objects.create(
+            user_id=user_id,
+            agent_name=agent_name,
+            thread_id=thread_id,
+            project_id=project_id or "",
+            filtered_rows=rows,
+            replay=replay,
+            model_name="" if replay else settings.MEMORY_LLM_MODEL,
+            claimed_by=claim,
+            lease_until=claims.lease_until(),
+        )
     result = RunResult(run_id=run.pk, status=ExtractionRun.Status.SUCCEEDED, roles=[r["role"] for r in rows])
     fed = [m.id for m in fresh if m.id]
     if not has_user_text(rows):
@@ -649,7 +660,10 @@ def _apply(started: Sequence[_Started]) -> list[RunResult]:
 
     def record(candidates: list[Candidate]) -> None:
         # Candidates, extracted ids and the runs' outcomes commit together, with the
-        # mirror rows of the cards they produced, once those are on disk.
+        # mirror rows of the cards they produced, once those are on disk. An erasure
+        # that began since the runs started refuses them (and erases their cards).
+        for s in started:
+            refuse_turn(s.run.user_id, s.run.agent_name, s.run.thread_id, s.run.project_id)
         bulk.insert(Candidate, candidates)
         for s in started:
             s.finish()
@@ -738,17 +752,21 @@ def run_turns_now(
 def _processing_turn(turn: CleanTurn) -> Turn:
     """The Turn row of a turn run synchronously (no debounce: it is being processed,
     claimed by this process)."""
-    return Turn.objects.create(
-        **_thread(turn),
-        project_id=turn.project_id,
-        messages=turn.messages,
-        message_ids=turn.message_ids,
-        flush=True,
-        status=Turn.Status.PROCESSING,
-        attempts=1,
-        claimed_by=claims.new_token(),
-        lease_until=claims.lease_until(),
-    )
+    with transaction.atomic():
+        # Refused before it is stored (found by tests/test_erasure_process.py: without
+        # this, turns refused later in the pipeline stayed behind with their messages).
+        refuse_turn(turn.user_id, turn.agent_name, turn.thread_id, turn.project_id)
+        return Turn.objects.create(
+            **_thread(turn),
+            project_id=turn.project_id,
+            messages=turn.messages,
+            message_ids=turn.message_ids,
+            flush=True,
+            status=Turn.Status.PROCESSING,
+            attempts=1,
+            claimed_by=claims.new_token(),
+            lease_until=claims.lease_until(),
+        )
 
 
 # Turns per group commit in `run_replays` (`manage.py ingest --batch-size`).

@@ -302,6 +302,7 @@ class AuditEvent(models.Model):
         API_KEY = "api_key"
         RESOLVE = "resolve"
         RETRY_TURNS = "retry_turns"
+        ERASE = "erase"
 
     actor = models.CharField(max_length=150)
     action = models.CharField(max_length=32, choices=Action.choices)
@@ -321,3 +322,39 @@ class AuditEvent(models.Model):
             ("curate_memory", "Can review candidates and curate facts and profiles"),
             ("administer_memory", "Can delete permanently, change settings and manage API keys"),
         ]
+
+
+class Erasure(models.Model):
+    """One erasure of a user (or of one agent, thread or project of theirs).
+
+    The row is the durable "erasure in progress" marker: while it is `running`, turns
+    and memory writes in its scope are refused, and an erasure killed half-way is found
+    and finished by the next run (`facts.erasure.erase`). It names ids, never content.
+    """
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        DONE = "done"
+
+    user_id = models.CharField(max_length=200)
+    agent_name = models.CharField(max_length=64, blank=True, default="")
+    thread_id = models.CharField(max_length=200, blank=True, default="")
+    project_id = models.CharField(max_length=200, blank=True, default="")
+    actor = models.CharField(max_length=150)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
+    counts = models.JSONField(default=dict, blank=True, help_text="items erased per kind")
+    ids = models.JSONField(default=dict, blank=True, help_text="ids erased per kind (lists capped), for the audit")
+    # Recorded before the first card is deleted: a rerun after a kill no longer finds
+    # the cards, but must still remove their revisions, usage and golden queries.
+    fact_ids = models.JSONField(default=list, blank=True)
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # every turn and memory write asks whether an erasure is running for its user
+            models.Index(fields=["status", "user_id"], name="erasure_running_user"),
+        ]
+
+    def __str__(self) -> str:
+        return f"erasure {self.pk} of {self.user_id} ({self.status})"

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import views, views_profiles, views_review, views_turns
+from . import views, views_people, views_profiles, views_review, views_turns
 
 urlpatterns = [
     path("facts/", views.fact_list, name="fact_list"),
@@ -13,7 +13,10 @@ urlpatterns = [
     path("facts/<str:fact_id>/review-by/", views.fact_review_by, name="fact_review_by"),
     path("facts/<str:fact_id>/revert/<int:revision>/", views.fact_revert, name="fact_revert"),
     path("facts/<str:fact_id>/delete/", views.fact_delete, name="fact_delete"),
-    path("forget/", views.forget_thread, name="forget_thread"),
+    path("forget/", views_people.forget_thread, name="forget_thread"),
+    path("people/", views_people.people, name="people"),
+    path("people/user/", views_people.person, name="person"),
+    path("people/user/erase/", views_people.person_erase, name="person_erase"),
     path("conflicts/", views.conflicts, name="conflicts"),
     path("conflicts/resolve/", views.resolve_conflict, name="resolve_conflict"),
     path("review/", views_review.review_queue, name="review_queue"),

@@ -23,7 +23,6 @@ from django.db import connection
 from django.db.models import Count, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
-from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import trigger_client_event
@@ -36,7 +35,6 @@ from .forms import (
     DeleteForm,
     ExpireForm,
     FactFilters,
-    ForgetThreadForm,
     OptionalReasonForm,
     ResolveForm,
     ReviewByForm,
@@ -591,40 +589,6 @@ def fact_delete(request: HttpRequest, fact_id: str) -> HttpResponse:
     )
     messages.success(request, f"{row.id} was deleted permanently.")
     return changed(redirect("fact_list"))
-
-
-@login_required
-@require_http_methods(["GET", "POST"])
-def forget_thread(request: HttpRequest) -> HttpResponse:
-    data = request.POST if request.method == "POST" else request.GET
-    form = ForgetThreadForm(data if data else None)
-    if not form.is_valid():
-        return render(
-            request, "facts/forget.html", {"form": form, "rows": []}, status=200 if request.method == "GET" else 400
-        )
-    data = form.cleaned_data
-    rows = list(
-        FactCard.objects.filter(source_thread_id=data["thread"], user_id=data["user"], agent_name=data["agent"])
-        .order_by("created_at")
-        .only("id", "key", "content", "status", "user_id", "agent_name", "project_id", "path")
-    )
-    if request.method == "GET":
-        return render(request, "facts/forget.html", {"form": form, "rows": rows})
-    if not request.user.has_perm(ADMINISTER):
-        return HttpResponse("Forgetting a conversation needs the admin role.", status=403)
-    count = erase(request, rows, reason=data.get("reason") or f"forget thread {data['thread']}")
-    audit(
-        request,
-        AuditEvent.Action.FORGET_THREAD,
-        target=data["thread"],
-        user_id=data["user"],
-        agent_name=data["agent"],
-        reason=data.get("reason", ""),
-        deleted=count,
-        fact_ids=[row.id for row in rows],
-    )
-    messages.success(request, f"Forgot the conversation {data['thread']}: {count} card(s) deleted.")
-    return changed(redirect(reverse("fact_list") + "?" + urlencode({"user": data["user"], "agent": data["agent"]})))
 
 
 # --- conflicts --------------------------------------------------------------------------

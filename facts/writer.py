@@ -35,6 +35,7 @@ from .store import (
     get_store,
     normalize_agent,
     now_utc,
+    remove_file,
 )
 
 log = logging.getLogger(__name__)
@@ -160,6 +161,11 @@ def commit(
     revisions: list[FactRevision] = []
     mirrored = False
     with store.lock(*{Bucket.of(op.card) for op in ops}), store.commit_gate():
+        # A user being erased gets no new card (checked under the locks the erasure
+        # takes, so a card either lands before the erasure reads the folder or not at all).
+        from .erasure import refuse_cards
+
+        refuse_cards([op.card for op in ops if isinstance(op, Put)])
         # Every revision is checked before the first file is written: a conflict on the
         # third card of a batch must not leave the first two written behind the
         # mirror's back.
@@ -343,6 +349,9 @@ def commit_profile(
     store = store or get_store()
     bucket = Bucket(user_id=user_id, agent_name=None)
     with store.lock(bucket), store.commit_gate():
+        from .erasure import refuse_profile
+
+        refuse_profile(user_id)
         current = store.read_profile(user_id)
         if expected_revision is not None and current.revision != expected_revision:
             raise RevisionConflict(
@@ -368,3 +377,13 @@ def commit_profile(
             )
         hooks.profile_changed(updated)
         return updated
+
+
+def delete_profile(user_id: str, *, store: Store | None = None) -> bool:
+    """Remove a user's memory.json and its mirror rows (erasure; `facts.erasure` removes
+    the revisions). Under the user's lock and the commit gate, like every other write."""
+    store = store or get_store()
+    with store.lock(Bucket(user_id=user_id, agent_name=None)), store.commit_gate():
+        removed = remove_file(store.profile_path(user_id))
+        ProfileSection.objects.filter(user_id=user_id).delete()
+    return removed

@@ -90,6 +90,7 @@ def _turn(request: HttpRequest, *, flush: bool) -> HttpResponse:
     turn = parse_turn(body)
     if denied := _forbidden_agent(request.api_key, turn.agent_name):  # type: ignore[attr-defined]
         return denied
+    from facts.erasure import ErasureInProgress
     from facts.ingestion import TurnRejected
 
     scope = api_service.Scope(turn.user_id, turn.agent_name, turn.project_id)
@@ -97,6 +98,10 @@ def _turn(request: HttpRequest, *, flush: bool) -> HttpResponse:
         receipt = api_service.accept_turn(scope, thread_id=turn.thread_id, messages=turn.messages, flush=flush)
     except TurnRejected as exc:
         return error(400, "invalid_field", f"{exc.field}: {exc.message}")
+    except ErasureInProgress as exc:
+        # Refused, not stored: the user is being forgotten. Retrying after the erasure
+        # ends starts a new memory.
+        return error(409, "erasure_in_progress", str(exc))
     return JsonResponse(receipt, status=202)
 
 

@@ -190,6 +190,7 @@ class LocalMemory:
     def record_turn(
         self, ctx: MemoryContext, messages: Sequence[Mapping[str, Any]], *, flush: bool = False
     ) -> dict[str, Any]:
+        from facts.erasure import ErasureInProgress
         from facts.ingestion import TurnRejected
         from memoryadmin import api_service
         from memoryadmin.api_schemas import BadRequest, clean_id, parse_turn
@@ -210,6 +211,9 @@ class LocalMemory:
                 scope, thread_id=thread_id, messages=[dict(m) for m in messages], flush=flush
             )
         except (BadRequest, TurnRejected) as exc:
+            raise MemoryRejected(str(exc)) from exc
+        except ErasureInProgress as exc:
+            # As over HTTP (409): refused for good, never queued to arrive after the erasure.
             raise MemoryRejected(str(exc)) from exc
         except Exception as exc:
             raise MemoryUnavailable(str(exc)) from exc

@@ -104,6 +104,11 @@ def _turn_operation(summary: str, description: str, operation_id: str) -> dict[s
                 },
             },
             **_errors("400", "401", "403", "405"),
+            "409": _error_response(
+                "The user (or this thread) is being erased: the turn is refused, not stored",
+                "erasure_in_progress",
+                "an erasure of user 'alice' is in progress; nothing of this user is accepted until it ends",
+            ),
             "413": _error_response(
                 "The body is larger than API_MAX_BODY_BYTES", "too_large", "the body is larger than 1048576 bytes"
             ),

@@ -235,17 +235,19 @@ def test_forget_a_conversation_removes_only_that_threads_cards_in_that_scope(adm
     other_user = save_card(make_card(user_id="bob", source=Source(kind="extraction", thread_id="th-9")), actor="t")
     query = {"user": "alice", "agent": "coder", "thread": "th-9"}
     preview = admin_client_.get("/forget/", query)
-    assert preview.context["rows"] == [FactCard.objects.get(id=same.id)]
-    admin_client_.post("/forget/", query)
+    assert preview.context["cards"] == [FactCard.objects.get(id=same.id)]
+    admin_client_.post("/forget/", query | {"confirm": "th-9"})
     assert set(FactCard.objects.values_list("id", flat=True)) == {other_thread.id, other_user.id}
-    assert AuditEvent.objects.get(action="forget_thread").details["deleted"] == 1
+    assert AuditEvent.objects.get(action="erase").details["counts"]["cards"] == 1
 
 
 def test_a_reviewer_cannot_forget_a_conversation(reviewer_client: Client, make_card) -> None:
     from facts.store import Source
 
     save_card(make_card(source=Source(kind="extraction", thread_id="th-9")), actor="t")
-    response = reviewer_client.post("/forget/", {"user": "alice", "agent": "coder", "thread": "th-9"})
+    response = reviewer_client.post(
+        "/forget/", {"user": "alice", "agent": "coder", "thread": "th-9", "confirm": "th-9"}
+    )
     assert response.status_code == 403
     assert FactCard.objects.count() == 1
 

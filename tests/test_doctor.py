@@ -134,6 +134,17 @@ def test_it_fails_on_turns_pending_for_too_long(healthy) -> None:
     assert any("pending" in f and "db_worker" in f for f in _failures(findings))
 
 
+def test_it_fails_on_an_erasure_left_unfinished(healthy) -> None:
+    from facts.models import Erasure
+
+    marker = Erasure.objects.create(user_id="gone", actor="t")
+    assert _doctor()[0] == 0, "an erasure that just began is running, not stuck"
+    Erasure.objects.filter(pk=marker.pk).update(started_at=timezone.now() - timedelta(minutes=5))
+    code, findings = _doctor()
+    assert code == 1
+    assert any("erasure" in f and "manage.py erase" in f for f in _failures(findings))
+
+
 def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

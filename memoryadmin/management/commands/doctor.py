@@ -180,6 +180,18 @@ class Doctor:
                 f"{runs} extraction runs stuck in running past their lease: their worker stopped; "
                 "a running `manage.py db_worker` closes them as failed",
             )
+        from facts.models import Erasure
+
+        # An erasure killed half-way keeps refusing the user's turns until it is rerun.
+        unfinished = Erasure.objects.filter(
+            status=Erasure.Status.RUNNING, started_at__lt=timezone.now() - timedelta(minutes=1)
+        )
+        for erasure in unfinished.order_by("pk")[:5]:
+            self.fail(
+                "turns",
+                f"erasure #{erasure.pk} unfinished since {erasure.started_at:%Y-%m-%d %H:%M} UTC, the user's turns are "
+                f"refused: run `manage.py erase --user {erasure.user_id!r} ... --yes` again to finish it",
+            )
         failed = Turn.objects.filter(status=Turn.Status.FAILED).count()
         if failed:
             self.warn("turns", f"{failed} turns failed extraction: `manage.py process_turns --retry-failed`")
