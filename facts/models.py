@@ -288,6 +288,8 @@ class AuditEvent(models.Model):
         SETTINGS = "settings"
         API_KEY = "api_key"
         RESOLVE = "resolve"
+        EXPORT = "export"
+        IMPORT = "import"
 
     actor = models.CharField(max_length=150)
     action = models.CharField(max_length=32, choices=Action.choices)

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import views, views_profiles, views_review
+from . import views, views_export, views_profiles, views_review
 
 urlpatterns = [
     path("facts/", views.fact_list, name="fact_list"),
@@ -24,4 +24,5 @@ urlpatterns = [
     path("review/<int:pk>/dismiss/", views_review.candidate_dismiss, name="candidate_dismiss"),
     path("profiles/", views_profiles.profiles, name="profiles"),
     path("profiles/edit/", views_profiles.profile_edit, name="profile_edit"),
+    path("export/", views_export.export_user, name="export_user"),
 ]
