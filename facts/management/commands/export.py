@@ -34,6 +34,8 @@ class Command(BaseCommand):
             summary = portability.export_user(user_id, out, overwrite=options["force"])
         except FileExistsError:
             raise CommandError(f"{out} exists; use --force to replace it") from None
+        except OSError as exc:
+            raise CommandError(f"cannot write {out}: {exc.strerror or exc}") from None
         portability.audit_export("manage.py export", summary)
         counts = ", ".join(f"{name} {n}" for name, n in summary.counts.items())
         self.stdout.write(f"Wrote {out} ({summary.bytes} bytes): {counts}")

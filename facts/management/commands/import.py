@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from facts import portability
+from facts.store import StoreError
 
 
 class Command(BaseCommand):
@@ -34,6 +35,13 @@ class Command(BaseCommand):
             )
         except portability.ImportRefused as exc:
             raise CommandError(f"Refused, nothing changed: {exc}") from None
+        except StoreError as exc:
+            # Only after every check passed: something changed here in the meantime (a
+            # card or memory.json of this user appeared) or the disk failed.
+            raise CommandError(
+                f"Import stopped part-way: {exc}. What was written is listed by "
+                "`manage.py export --user` for this user; remove it and import again."
+            ) from None
         restored = ", ".join(f"{name} {n}" for name, n in summary.restored.items())
         verb = "Would restore" if options["check"] else "Restored"
         self.stdout.write(f"{verb} user {summary.user_id!r}: {restored}")
