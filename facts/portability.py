@@ -23,7 +23,7 @@ import re
 import stat
 import zipfile
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -144,11 +144,21 @@ def _kinds() -> list[Kind]:
     return [*KINDS, golden] if golden else list(KINDS)
 
 
-def _user_rows(kind: Kind, user_id: str, fact_ids: list[str]) -> models.QuerySet[Any]:
+# Ids per `__in` query: SQLite allows 32,766 parameters in one statement.
+_IN_CHUNK = 900
+
+
+def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), _IN_CHUNK):
+        yield items[start : start + _IN_CHUNK]
+
+
+def _user_rows(kind: Kind, user_id: str, fact_ids: Sequence[str]) -> list[models.QuerySet[Any]]:
+    """The queries that together give the user's rows of `kind`, in a stable order."""
     manager = kind.model._default_manager
     if kind.model in (FactRevision, FactUsage):
-        return manager.filter(fact_id__in=fact_ids).order_by("pk")
-    return manager.filter(user_id=user_id).order_by("pk")
+        return [manager.filter(fact_id__in=chunk).order_by("pk") for chunk in _chunks(sorted(fact_ids))]
+    return [manager.filter(user_id=user_id).order_by("pk")]
 
 
 # --- rows as JSON -----------------------------------------------------------------
@@ -220,11 +230,9 @@ def _project_card_rows(user_id: str) -> list[tuple[str, str]]:
     """(fact id, project id) of the project cards whose source is one of the user's runs."""
     runs = [str(pk) for pk in ExtractionRun.objects.filter(user_id=user_id).values_list("pk", flat=True)]
     found: list[tuple[str, str]] = []
-    for start in range(0, len(runs), 500):
+    for chunk in _chunks(runs):
         found.extend(
-            FactCard.objects.exclude(project_id="")
-            .filter(source_run_id__in=runs[start : start + 500])
-            .values_list("id", "project_id")
+            FactCard.objects.exclude(project_id="").filter(source_run_id__in=chunk).values_list("id", "project_id")
         )
     return sorted(set(found))
 
@@ -304,7 +312,11 @@ def export_user(
     }
     history: dict[str, bytes] = {}
     for kind in _kinds():
-        rows = [_row_of(kind, obj, names) for obj in _user_rows(kind, user_id, card_ids).iterator(chunk_size=2000)]
+        rows = [
+            _row_of(kind, obj, names)
+            for query in _user_rows(kind, user_id, card_ids)
+            for obj in query.iterator(chunk_size=2000)
+        ]
         history[kind.file] = _jsonl(rows)
         counts[kind.name] = len(rows)
 
@@ -396,7 +408,7 @@ def export_counts(user_id: str, *, store: Store | None = None) -> dict[str, int]
     }
     fact_ids = list(FactCard.objects.filter(user_id=user_id).values_list("id", flat=True))
     for kind in _kinds():
-        counts[kind.name] = _user_rows(kind, user_id, fact_ids).count()
+        counts[kind.name] = sum(query.count() for query in _user_rows(kind, user_id, fact_ids))
     return counts
 
 
@@ -764,18 +776,25 @@ def _plan(archive: Archive, store: Store, *, history: bool) -> tuple[list[tuple[
             continue
         projects.append((name, card, data))
     ids = [card.id for _, card, _ in archive.cards + projects]
-    taken = list(FactCard.objects.filter(id__in=ids).values_list("id", flat=True)[:5])
+    taken = [
+        fact_id
+        for chunk in _chunks(ids)
+        for fact_id in FactCard.objects.filter(id__in=chunk).values_list("id", flat=True)
+    ]
     if taken:
-        raise ImportRefused(f"fact id(s) already used here by other cards: {', '.join(taken)}")
+        raise ImportRefused(f"fact id(s) already used here by other cards: {', '.join(taken[:5])}")
     if history:
         for kind in _kinds():
             if not kind.keep_ids or kind.natural_key:
                 continue
             pks = [obj.pk for obj in archive.rows.get(kind.name, [])]
-            clash = [str(pk) for pk in kind.model._default_manager.filter(pk__in=pks).values_list("pk", flat=True)[:5]]
+            manager = kind.model._default_manager
+            clash = [
+                str(pk) for chunk in _chunks(pks) for pk in manager.filter(pk__in=chunk).values_list("pk", flat=True)
+            ]
             if clash:
                 raise ImportRefused(
-                    f"{kind.name} id(s) {', '.join(clash)} are already used in this database; "
+                    f"{kind.name} id(s) {', '.join(clash[:5])} are already used in this database; "
                     "import with --skip-history to restore the cards and the profile only"
                 )
     return projects, skipped
@@ -785,9 +804,13 @@ def _existing_keys(kind: Kind, objs: list[models.Model]) -> set[tuple[Any, ...]]
     if not objs:
         return set()
     first = kind.natural_key[0]
-    values = {getattr(obj, first) for obj in objs}
-    found = kind.model._default_manager.filter(**{f"{first}__in": values}).values_list(*kind.natural_key)
-    return {tuple(row) for row in found}
+    values = sorted({getattr(obj, first) for obj in objs})
+    manager = kind.model._default_manager
+    return {
+        tuple(row)
+        for chunk in _chunks(values)
+        for row in manager.filter(**{f"{first}__in": chunk}).values_list(*kind.natural_key)
+    }
 
 
 def _restore_rows(archive: Archive, skipped: dict[str, int]) -> Callable[[], None]:
