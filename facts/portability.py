@@ -401,12 +401,14 @@ def export_counts(user_id: str, *, store: Store | None = None) -> dict[str, int]
     """What an export of `user_id` would hold, counted without reading the files' text."""
     store = store or get_store()
     cards = sum(1 for _ in _files_under(store.user_dir(user_id) / "agents"))
+    projects = _project_card_rows(user_id)
     counts = {
         "cards": cards,
-        "project_cards": len(_project_card_rows(user_id)),
+        "project_cards": len(projects),
         "profile": int(store.profile_path(user_id).is_file()),
     }
     fact_ids = list(FactCard.objects.filter(user_id=user_id).values_list("id", flat=True))
+    fact_ids += [fact_id for fact_id, _ in projects]
     for kind in _kinds():
         counts[kind.name] = sum(query.count() for query in _user_rows(kind, user_id, fact_ids))
     return counts

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -546,7 +547,8 @@ def test_the_export_button_downloads_the_archive_and_audits_without_content(demo
     url = reverse("export_user") + "?user=" + LI.replace("@", "%40")
     page = admin_client_.get(url)
     assert page.status_code == 200
-    assert b"Export</button>" in page.content and b"candidates" in page.content
+    assert b"Export</button>" in page.content
+    shown = dict(re.findall(r"<tr><th>(\w+)</th><td>(\d+)</td></tr>", page.content.decode()))
 
     response = admin_client_.post(url)
     assert response.status_code == 200
@@ -558,6 +560,8 @@ def test_the_export_button_downloads_the_archive_and_audits_without_content(demo
 
     event = AuditEvent.objects.get(action="export")
     assert (event.actor, event.user_id) == ("boss", LI)
+    # The page said what the archive holds (the export's own audit entry came after).
+    assert shown == {k: str(v) for k, v in event.details["counts"].items()}
     assert event.details["counts"]["cards"] == 5 and event.details["counts"]["candidates"] > 0
     logged = json.dumps([event.reason, event.target, event.details], ensure_ascii=False)
     for row in FactCard.objects.filter(user_id=LI):
