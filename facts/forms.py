@@ -10,7 +10,7 @@ from django import forms
 
 from .enums import PROFILE_SECTIONS, CardStatus, Category, choices
 from .models import AuditEvent, Candidate
-from .store import InvalidId, normalize_agent
+from .store import InvalidId, normalize_agent, normalize_id
 
 ANY = [("", "any")]
 REASON_CODES = (
@@ -185,6 +185,20 @@ class ProfileSectionForm(forms.Form):
 
 class UserPick(forms.Form):
     user = forms.CharField(max_length=200)
+
+
+class UserIdForm(forms.Form):
+    """One user id, checked the way the store names folders (length, NUL, encodable)."""
+
+    user = forms.CharField(max_length=200, strip=False)
+
+    def clean_user(self) -> str:
+        value = self.cleaned_data["user"]
+        try:
+            normalize_id(value, what="user id")
+        except InvalidId as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return value
 
 
 class PageForm(forms.Form):

@@ -303,6 +303,8 @@ class AuditEvent(models.Model):
         RESOLVE = "resolve"
         RETRY_TURNS = "retry_turns"
         ERASE = "erase"
+        EXPORT = "export"
+        IMPORT = "import"
 
     actor = models.CharField(max_length=150)
     action = models.CharField(max_length=32, choices=Action.choices)

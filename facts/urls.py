@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import views, views_people, views_profiles, views_review, views_turns
+from . import views, views_export, views_people, views_profiles, views_review, views_turns
 
 urlpatterns = [
     path("facts/", views.fact_list, name="fact_list"),
@@ -31,4 +31,5 @@ urlpatterns = [
     path("turns/retry/", views_turns.turn_retry_all, name="turn_retry_all"),
     path("turns/<int:pk>/retry/", views_turns.turn_retry, name="turn_retry"),
     path("profiles/edit/", views_profiles.profile_edit, name="profile_edit"),
+    path("export/", views_export.export_user, name="export_user"),
 ]

@@ -344,8 +344,13 @@ def commit_profile(
     reason: str = "",
     expected_revision: int | None = None,
     store: Store | None = None,
+    restore: bool = False,
 ) -> Profile:
-    """Read-modify-write of a user's memory.json under the user's lock."""
+    """Read-modify-write of a user's memory.json under the user's lock.
+
+    `restore`: the document `change` returns is written with its own revision and
+    `updated_at` (an import bringing back an exported memory.json as it was); only
+    allowed where the user has no memory.json yet."""
     store = store or get_store()
     bucket = Bucket(user_id=user_id, agent_name=None)
     with store.lock(bucket), store.commit_gate():
@@ -357,23 +362,35 @@ def commit_profile(
             raise RevisionConflict(
                 f"profile of {user_id} is at revision {current.revision}, expected {expected_revision}"
             )
+        if restore and store.profile_path(user_id).exists():
+            raise RevisionConflict(f"profile of {user_id} already exists; a restore needs an empty place")
         updated = change(current.model_copy(deep=True))
         if updated == current:
             return current
-        updated = updated.model_copy(
-            update={"revision": current.revision + 1, "updated_at": now_utc(), "user_id": user_id}
-        )
+        if restore:
+            updated = updated.model_copy(update={"revision": max(updated.revision, 1), "user_id": user_id})
+        else:
+            updated = updated.model_copy(
+                update={"revision": current.revision + 1, "updated_at": now_utc(), "user_id": user_id}
+            )
         text = dump_profile(updated)
         path = store.profile_path(user_id)
         atomic_write(path, text)
         with transaction.atomic():
             mirror_profile(updated, store.relative(path), file_digest(text))
-            ProfileRevision.objects.create(
-                user_id=user_id,
-                revision=updated.revision,
-                document=updated.model_dump(mode="json"),
-                actor=actor,
-                reason=reason,
+            # A restore may have brought this revision's row back already (with its
+            # original actor): that row is kept.
+            ProfileRevision.objects.bulk_create(
+                [
+                    ProfileRevision(
+                        user_id=user_id,
+                        revision=updated.revision,
+                        document=updated.model_dump(mode="json"),
+                        actor=actor,
+                        reason=reason,
+                    )
+                ],
+                ignore_conflicts=restore,
             )
         hooks.profile_changed(updated)
         return updated

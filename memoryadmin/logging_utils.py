@@ -74,8 +74,8 @@ class PlainFormatter(logging.Formatter):
 
 
 def _run_saved(sender: Any, instance: Any, created: bool, **kwargs: Any) -> None:
-    if instance.status == "running":
-        return
+    if instance.status == "running" or kwargs.get("raw"):
+        return  # raw: a run restored by an import or loaddata, not one that just finished
     level = logging.WARNING if instance.status == "failed" else logging.INFO
     if not log.isEnabledFor(level):
         return  # no counting query for an event nobody logs
