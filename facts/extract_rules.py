@@ -169,11 +169,15 @@ _ZH_HYPOTHETICAL = re.compile(
     r"我朋友|我同事|我老板|我领导|我老婆|我老公|我妈|我爸|我哥|我姐|我弟|我妹|我儿子|我女儿|我们老师|"
     r"我客户|我的朋友|我的同事|我的老板|他|她|他们|她们|别人|有人)"
 )
+# Without a question mark only an inverted start counts ("how do I …", "can you …"):
+# "When you write scripts, always …" is a standing request, not a question.
 _EN_QUESTION_START = re.compile(
-    r"^(?:how|what|why|when|where|who|whom|which|whose|can you|could you|would you|will you|do you|"
-    r"does|did|is it|is there|are there|are you|should i|should we|shall|may i|can i|do i|am i|have you)\b",
+    r"^(?:(?:how|what|why|when|where|who|which|whose)(?:'s|\s+(?:do|does|did|is|are|was|were|can|could|should|"
+    r"would|will|to|much|many|about|if))\b|why\b|(?:can|could|would|will|do|does|did|is|are|should|shall|may|am|"
+    r"have|has)\s+(?:you|i|we|it|there|this|that|they)\b)",
     _I,
 )
+_ZH_QUESTION_WORDS = re.compile(r"吗|呢|么|能不能|可不可以|是不是|要不要|有没有|什么|怎么|为什么|如何|哪|多少|是否")
 _ZH_QUESTION_END = re.compile(r"[吗嘛么呢][\s。.!！~～]*$")
 
 
@@ -185,6 +189,11 @@ def _is_question(sentence: str) -> bool:
         return True
     head = _EN_LEAD.sub("", text)
     return bool(_EN_QUESTION_START.match(head))
+
+
+def _asks(clause: str) -> bool:
+    piece = _clean(_strip_leads(_clean(clause))[0])
+    return bool(_EN_QUESTION_START.match(piece) or _ZH_QUESTION_WORDS.search(piece))
 
 
 def _has_han(text: str) -> bool:
@@ -519,7 +528,7 @@ def _en_statement(clause: str) -> Statement | None:
         key = "industry" if prep == "in" else "work_focus"
         return Statement(Category.CONTEXT, key, _en(f"User works {prep} {{x}}.", x), LIKELY)
 
-    m = re.match(r"^i(?:'m| am)\s+(?:a|an)\s+(?P<x>.+)", c, _I)
+    m = re.match(r"^i(?:'m| am|'ve been| have been)\s+(?:a|an)\s+(?P<x>.+)", c, _I)
     if m:
         x = _clean(m["x"])
         fan = re.match(r"^(?:big |huge )?fan of\s+(?P<y>.+)", x, _I)
@@ -609,7 +618,9 @@ def _en_statement(clause: str) -> Statement | None:
         if _THREADISH.match(x) or not x:
             return None
         standing = bool(_EN_DURABLE.search(x))
-        confidence = LIKELY if standing else UNSURE
+        # "I'd rather you not use bullet points" addresses how to work with them
+        addressed = bool(re.match(r"^(?:that )?you\s+(?:not|never|always|didn't|don't|do not|avoid|stop)\b", x, _I))
+        confidence = LIKELY if standing or addressed else UNSURE
         return Statement(Category.PREFERENCE, _key("pref", x), _en("User would prefer {x}.", x), confidence, standing=standing)  # fmt: skip
 
     m = re.match(
@@ -877,8 +888,9 @@ def _zh_statement(clause: str) -> Statement | None:
     if m:
         x = _clean(m["x"])
         if m["neg"] in ("不要再", "别再", "再也不要", "永远不要"):
-            confidence = LIKELY if _topic(x, PREFERENCE_TOPICS) else UNSURE
-            return Statement(Category.PREFERENCE, _key("pref", x), f"用户希望你不要再{x}", confidence, standing=True)
+            # "别再…" asks for a lasting change, whatever it is about
+            x = re.sub(r"了$", "", x)
+            return Statement(Category.PREFERENCE, _key("pref", x), f"用户希望你不要再{x}".replace("我", "用户"), LIKELY, standing=True)  # fmt: skip
         return None  # a plain "不要用X" is judged as an imperative (`_imperative`)
     return None
 
@@ -985,6 +997,9 @@ def _statements(text: str) -> list[_Found]:
         if _EN_HYPOTHETICAL.match(lead_free) or _ZH_HYPOTHETICAL.match(lead_free):
             continue
         clauses = _spans(text, _CLAUSE_BREAK, s_start, s_end)
+
+        # In "我喜欢用 vim，你有什么插件推荐吗？" only the last clause asks.
+        asking = [question and (i == len(clauses) - 1 or _asks(text[a:b])) for i, (a, b) in enumerate(clauses)]
         pending_temporary = pending_durable = pending_correction = pending_memory = False
         modifier_start: int | None = None
         index = 0
@@ -1028,6 +1043,7 @@ def _statements(text: str) -> list[_Found]:
                 piece_body = _clean(_strip_leads(piece)[0])
                 if (
                     not piece
+                    or asking[nxt]
                     or is_acknowledgement(piece)
                     or _CONTINUATION_STOP.match(piece)
                     or _analyze(piece_body) is not None
@@ -1040,18 +1056,14 @@ def _statements(text: str) -> list[_Found]:
             whole = text[c_start:end]
             if end > c_end:
                 extended = _analyze(_clean(_strip_leads(_clean(whole))[0]))
-                if (
-                    extended is not None
-                    and extended.key == statement.key
-                    and extended.confidence >= statement.confidence
-                ):
+                if extended is not None and extended.confidence >= statement.confidence:
                     statement = extended
             span_start = modifier_start if modifier_start is not None else c_start
             span_text = text[span_start:end]
             statement = _label(
                 statement,
                 span=span_text,
-                question=question,
+                question=any(asking[index:nxt]),
                 temporary=pending_temporary,
                 durable=pending_durable,
                 correction=pending_correction or correction,
