@@ -9,10 +9,11 @@ must keep nothing: one-off requests, grants to act, questions, the assistant's w
 greetings, tasks, other people, hypotheticals, hedges). A candidate counts when the gate
 accepts it, exactly as in production (threshold `MEMORY_CONFIDENCE_THRESHOLD`, 0.7).
 
-The figures are per split: `dev` is what the rules were written against; `holdout` was
-written afterwards and its first score is recorded in the README, before the rules
-were adjusted to it, so a fresh holdout is the honest estimate. The labelled set is
-the author's own: it says what the rules were meant to do, not how real users talk.
+The figures are per split: `dev` is what the rules were written against; `holdout`,
+`holdout2` and `holdout3` were each written before the rules saw them, scored once
+(those first scores are in the README), and then used to fix what they exposed. So a
+fresh holdout is the honest estimate; the labelled set is the author's own: it says
+what the rules were meant to do, not how real users talk.
 
 Speed: the extractor alone, and extractor + gate verdicts, over every snippet,
 `--repeat` times, on one core. Target: precision ≥ 0.95.
