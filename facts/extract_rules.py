@@ -39,6 +39,12 @@ from .schemas import normalize_key
 
 NAME = "rules-v1"
 
+# A statement about the user is one short sentence; longer "sentences" (code, logs,
+# pasted documents) are skipped, which also keeps every rule linear in the input.
+MAX_SENTENCE_CHARS = 400
+# More than this from one message is a document, not a conversation turn.
+MAX_FACTS_PER_MESSAGE = 20
+
 # Confidence levels. The gate's default threshold is 0.7: SURE and LIKELY pass, UNSURE
 # goes to the review queue.
 SURE = 0.9
@@ -211,8 +217,15 @@ _LANGS = (
 PREFERENCE_TOPICS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (key, re.compile(pattern, _I))
     for key, pattern in (
-        ("code_comment_language", rf"(?:注释|comments?\b).*(?:{_LANGS})|(?:{_LANGS}).*(?:注释|comments?\b)"),
-        ("commit_message_language", rf"(?:commit|提交信息|提交说明).*(?:{_LANGS})|(?:{_LANGS}).*(?:commit|提交信息)"),
+        # bounded gaps: an unbounded .* is quadratic on a long run of "comment comment …"
+        (
+            "code_comment_language",
+            rf"(?:注释|comments?\b).{{0,80}}?(?:{_LANGS})|(?:{_LANGS}).{{0,80}}?(?:注释|comments?\b)",
+        ),
+        (
+            "commit_message_language",
+            rf"(?:commit|提交信息|提交说明).{{0,80}}?(?:{_LANGS})|(?:{_LANGS}).{{0,80}}?(?:commit|提交信息)",
+        ),
         ("response_language", _LANGS),
         ("indentation", r"\btabs?\b|\bspaces\b|缩进|制表符"),
         ("type_hints", r"type hints?|type annotations?|类型注解|类型提示|类型标注"),
@@ -990,6 +1003,8 @@ def _analyze(clause: str, *, marked: bool = False) -> Statement | None:
 def _statements(text: str) -> list[_Found]:
     found: list[_Found] = []
     for s_start, s_end in _spans(text, _SENTENCE_END):
+        if s_end - s_start > MAX_SENTENCE_CHARS:
+            continue  # pasted code, logs, a wall of text: not a statement about the user
         sentence = text[s_start:s_end]
         question = _is_question(sentence)
         # hypotheticals and conditions govern the whole sentence
@@ -1135,7 +1150,7 @@ def extract_facts(rows: Sequence[Row], *, existing_facts: Sequence[Mapping[str, 
         if row.get("role") != "user":
             continue  # an assistant message is never evidence
         text = row.get("content") or ""
-        for found in _statements(text):
+        for found in _statements(text)[:MAX_FACTS_PER_MESSAGE]:
             s = found.statement
             key = _reuse_aliases(s.key, live_keys)
             if (key, s.content) in seen:

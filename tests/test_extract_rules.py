@@ -12,6 +12,9 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from facts import extract_rules
 from facts.extraction import ExtractionError, active_extractor, extract
@@ -139,6 +142,37 @@ def test_a_key_an_earlier_llm_run_used_is_reused() -> None:
         rows, existing_facts=[{"id": "f", "key": "preferred_language", "content": "x"}]
     )
     assert fact["key"] == "preferred_language"
+
+
+WORDS = st.sampled_from(
+    ["I", "prefer", "always", "never", "my", "name", "is", "actually", ",", ".", "?", "我", "喜欢", "以后", "请",
+     "不对", "，", "。", "？", "这次", "you can", "comment", "中文", "tabs", "I'm a", "developer", "\n", " "]
+)  # fmt: skip
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=300), st.lists(WORDS, max_size=60).map("".join)))
+def test_any_text_gives_valid_candidates_quoting_the_message(text: str) -> None:
+    from facts.schemas import parse_update
+
+    facts = facts_of(text)
+    assert all(p.valid for p in parse_update({"facts": facts}))
+    assert all(f["evidence_text"] and f["evidence_text"] in text for f in facts)
+
+
+def test_a_huge_message_is_read_quickly_and_yields_a_bounded_number_of_facts() -> None:
+    import time
+
+    texts = [
+        "comment " * 12_000,  # an unbounded ".*" in a topic pattern took 81 s on this
+        "注释" * 50_000,
+        "".join(f"I prefer option {i}. " for i in range(5_000)),
+    ]
+    for text in texts:
+        started = time.perf_counter()
+        facts = facts_of(text[:100_000])
+        assert time.perf_counter() - started < 5
+        assert len(facts) <= extract_rules.MAX_FACTS_PER_MESSAGE
 
 
 # --- choosing the extractor ----------------------------------------------------------------------
