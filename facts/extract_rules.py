@@ -569,6 +569,8 @@ def _en_statement(clause: str) -> Statement | None:
         if adj in ("based in", "located in", "living in"):
             return Statement(Category.CONTEXT, "location", _en(f"User is {adj} {{x}}.", x), SURE)
         if adj in ("from", "originally from"):
+            if re.match(r"^(?:the|a|an|our|my|this|that)\b", x, _I) or not x[:1].isupper():
+                return None  # "I'm from the QA team" is not where they come from
             return Statement(Category.CONTEXT, "hometown", _en(f"User is {adj} {{x}}.", x), LIKELY)
         if adj.startswith("a native"):
             return Statement(Category.CONTEXT, "native_language", _en("User is {x}.", clause[clause.lower().index("a native"):]), SURE)  # fmt: skip
@@ -663,7 +665,7 @@ def _en_statement(clause: str) -> Statement | None:
     m = re.match(
         r"^(?:please\s+)?(?:(?:do not|don't) ever|never ever|never|always|make sure to always)\s+(?P<x>.+)", c, _I
     )
-    if m:
+    if m and not re.match(r"^(?:mind|again|ever)\b", m["x"], _I):
         x = _clean(m["x"])
         word = "never" if re.match(r"^(?:please\s+)?(?:do not|don't|never)", c, _I) else "always"
         return Statement(
@@ -677,6 +679,18 @@ def _en_statement(clause: str) -> Statement | None:
     )
     if m and m["x"]:
         x = _clean(m["x"])
+        if re.match(r"^i\b", x, _I):  # "By default, I use vim"
+            inner = _en_statement(x)
+            wish = re.match(r"^i (?:want|need|'d like|would like)\s+(?P<y>.+)", x, _I)
+            if inner is None and wish:  # "In general I want the shortest solution": a standing wish
+                y = wish["y"]
+                inner = Statement(Category.PREFERENCE, _key("pref", y), _en("User wants {x}.", y), SURE)
+            if inner is not None:
+                inner.standing = True
+            return inner
+        # "In general, the code looks fine" is no request
+        if not (_EN_IMPERATIVE.match(x) or _topic(x, PREFERENCE_TOPICS)):
+            return None
         return Statement(Category.PREFERENCE, _key("pref", x), _en("User's standing request: {x}.", x), SURE, standing=True)  # fmt: skip
     m = re.match(r"^(?:please\s+)?(?:whenever|every time|each time|any time) you\s+(?P<x>.+)", c, _I)
     if m:
@@ -687,18 +701,21 @@ def _en_statement(clause: str) -> Statement | None:
 
 # --- project rules ------------------------------------------------------------------------
 
+# Only rules of a repository or project ("this repo uses …"), never a passing remark
+# about it ("the app is broken"): no bare "is"/"has", no "the".
 _EN_PROJECT = re.compile(
-    r"^(?:(?:this|our|the) (?:repo|repository|project|codebase|code base|service|app|monorepo)(?:'s)?\s+"
-    r"(?:uses|is|has|requires|runs on|targets|follows|prefers|needs|must|should|always|never|only|"
-    r"deploys|is deployed|is written|builds)\b|"
-    r"(?:in|for) (?:this|our) (?:repo|repository|project|codebase)\s*,?\s*(?:we\s+)?\w+|"
+    r"^(?:(?:this|our) (?:repo|repository|project|codebase|code base|monorepo)(?:'s)?\s+"
+    r"(?:uses|requires|runs on|targets|follows|prefers|needs|must|should|always|never|only|"
+    r"deploys to|is deployed (?:to|on)|is written in|builds with)\b|"
+    r"(?:in|for) (?:this|our) (?:repo|repository|project|codebase)\s*,?\s*we\s+(?:always |never |only )?"
+    r"(?:use|squash|rebase|deploy|write|follow|require|prefer|run)\b|"
     r"we (?:always |usually |never |only )?(?:use|squash|rebase|deploy|write|follow|require|prefer|run)\b"
-    r".*\b(?:here|in this (?:repo|repository|project|codebase))\b)",
+    r".{0,200}?\b(?:here|in this (?:repo|repository|project|codebase))\b)",
     _I,
 )
 _ZH_PROJECT = re.compile(
-    r"^(?:这个|本|我们的?|当前)(?:项目|仓库|代码库|repo|工程|服务)(?:里|中|的)?(?:都|统一|一律|必须|要求|规定)?"
-    r"(?:用|使用|采用|基于|要求|规定|统一|必须|不允许|禁止|跑在|部署在|遵循|是)"
+    r"^(?:这个|本|我们的?|当前)(?:项目|仓库|代码库|repo|工程)(?:里|中|的)?(?:都|统一|一律|必须|要求|规定)?"
+    r"(?:用|使用|采用|基于|要求|规定|统一|必须|不允许|禁止|跑在|部署在|遵循)"
 )
 
 
@@ -715,6 +732,9 @@ def _project_statement(clause: str) -> Statement | None:
 
 
 # --- Chinese rules ------------------------------------------------------------------------
+
+
+_ZH_EVENT = re.compile(r"会|报错|出错|失败|崩溃|卡住|超时|返回")
 
 
 def _zh_statement(clause: str) -> Statement | None:
@@ -895,6 +915,9 @@ def _zh_statement(clause: str) -> Statement | None:
             if inner is not None:
                 inner.standing = True
             return inner
+        # "每次运行都会报错" is a bug report, not a standing request: ask for a request.
+        if not ("请" in x or _ZH_IMPERATIVE.match(x) or (_topic(x, PREFERENCE_TOPICS) and not _ZH_EVENT.search(x))):
+            return None
         x = re.sub(r"请|麻烦", "", x)
         return Statement(Category.PREFERENCE, _key("pref", x), f"用户希望{when}{x}".replace("我", "用户"), SURE, standing=True)  # fmt: skip
     m = re.match(r"^(?:请)?(?:你)?(?:千万)?(?P<neg>不要再|别再|再也不要|永远不要|不要|别)(?P<x>.+)", c)
