@@ -708,7 +708,8 @@ _EN_PROJECT = re.compile(
     r"(?:uses|requires|runs on|targets|follows|prefers|needs|must|should|always|never|only|"
     r"deploys to|is deployed (?:to|on)|is written in|builds with)\b|"
     r"(?:in|for) (?:this|our) (?:repo|repository|project|codebase)\s*,?\s*we\s+(?:always |never |only )?"
-    r"(?:use|squash|rebase|deploy|write|follow|require|prefer|run)\b|"
+    r"(?:use|squash|rebase|deploy|write|follow|require|prefer|run|pin|keep|avoid|target|lint|format|test|"
+    r"build|name|tag|release)\b|"
     r"we (?:always |usually |never |only )?(?:use|squash|rebase|deploy|write|follow|require|prefer|run)\b"
     r".{0,200}?\b(?:here|in this (?:repo|repository|project|codebase))\b)",
     _I,
@@ -726,7 +727,8 @@ def _project_statement(clause: str) -> Statement | None:
         topic = _topic(text, TOOL_TOPICS + PREFERENCE_TOPICS)
         if re.search(r"\b(?:postgres(?:ql)?|mysql|sqlite|mongodb|redis)\b|数据库", text, _I):
             topic = "database"
-        key = normalize_key("project_" + (topic or _slug(re.sub(r"^(?:this|our|the|in|for)\b", "", text, flags=_I)) or "rule"))  # fmt: skip
+        subject = re.sub(r"^(?:(?:in|for)\s+)?(?:this|our)\s+\w+\s*,?\s*(?:we\s+)?", "", text, flags=_I)
+        key = normalize_key("project_" + (topic or _slug(subject) or "rule"))
         return Statement(Category.CONTEXT, key[:60], content, LIKELY, scope=Scope.PROJECT)
     return None
 
@@ -799,7 +801,11 @@ def _zh_statement(clause: str) -> Statement | None:
         org = _clean(m["org"])
         key = "school" if m["verb"] in ("读书", "上学", "读研", "读博", "念书") else "employer"
         return Statement(Category.CONTEXT, key, f"用户在{org}{m['verb']}", SURE)
-    m = re.match(r"^我(?:最近|现在|目前|正在|还在)*(?:在)?(?:学|学习|自学)(?!校|院|生)(?P<x>.+)", c)
+    m = re.match(
+        r"^我(?:最近|现在|目前|正在|还在|接下来|今年|明年|这几个月|接下来几个月|这段时间|打算|准备|会)*(?:在)?(?:系统地?|认真|开始)?"
+        r"(?:学习|自学|学)(?!校|院|生)(?P<x>.+)",
+        c,
+    )
     if m:
         x = _clean(m["x"])
         if x and not re.match(r"^(?:了|过|会|着|这个|这段|一下)", x):
@@ -900,8 +906,10 @@ def _zh_statement(clause: str) -> Statement | None:
         return None
 
     # standing instructions
+    # a short subject may come first: "技术问题还是默认用中文解释"
     m = re.match(
-        r"^(?:请|麻烦)?(?:你)?(?P<when>以后|今后|往后|之后都|从现在开始|从现在起|从今以后|从今往后|下次|每次|始终|一直|"
+        r"^(?:[一-龥A-Za-z ]{1,8}?(?:还是|也|都)?(?=默认|以后|今后|始终|一律|统一))?"
+        r"(?:请|麻烦)?(?:你)?(?P<when>以后|今后|往后|之后都|从现在开始|从现在起|从今以后|从今往后|下次|每次|始终|一直|"
         r"总是|永远|默认|平时|平常|一般|通常|所有的?回答)(?:都|也|就|请|麻烦|记得|统一|一律|尽量|全部|还是|要|务必|你)*"
         r"(?P<x>.+)",
         c,
@@ -919,7 +927,8 @@ def _zh_statement(clause: str) -> Statement | None:
         if not ("请" in x or _ZH_IMPERATIVE.match(x) or (_topic(x, PREFERENCE_TOPICS) and not _ZH_EVENT.search(x))):
             return None
         x = re.sub(r"请|麻烦", "", x)
-        return Statement(Category.PREFERENCE, _key("pref", x), f"用户希望{when}{x}".replace("我", "用户"), SURE, standing=True)  # fmt: skip
+        content = f"用户希望{when}{x}" if m.start("when") == 0 else "用户希望" + re.sub(r"请|麻烦", "", _clean(c))
+        return Statement(Category.PREFERENCE, _key("pref", x), content.replace("我", "用户"), SURE, standing=True)
     m = re.match(r"^(?:请)?(?:你)?(?:千万)?(?P<neg>不要再|别再|再也不要|永远不要|不要|别)(?P<x>.+)", c)
     if m:
         x = _clean(m["x"])
