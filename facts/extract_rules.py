@@ -1002,7 +1002,11 @@ def _imperative(clause: str, *, marked: bool) -> Statement | None:
     when a marker says how long it holds (labelled by `_label`), or when it names a known
     preference (then it is unsure: one request is not yet a habit)."""
     body = _ZH_TEMPORARY_PREFIX.sub("", _EN_TEMPORARY_PREFIX.sub("", clause))
-    if not body or not (_EN_IMPERATIVE.match(body) or _ZH_IMPERATIVE.match(body)):
+    # after "从现在开始，" a request may open with its subject: "变量名统一用英文"
+    subject_first = (
+        marked and bool(re.search(r"请|统一|一律|都用|都要|要用|改用|用", body)) and not _ZH_EVENT.search(body)
+    )
+    if not body or not (_EN_IMPERATIVE.match(body) or _ZH_IMPERATIVE.match(body) or subject_first):
         return None
     in_clause = bool(
         _EN_TEMPORARY.search(clause) or _ZH_TEMPORARY.search(clause) or _EN_DURABLE.search(clause)
@@ -1141,7 +1145,9 @@ def _label(
         if not standing or s.authority == Authority.TRANSACTIONAL:
             return None
         s.confidence = min(s.confidence, UNSURE)
-    if temporary or _EN_TEMPORARY.search(span) or _ZH_TEMPORARY.search(span):
+    # "Always check the return value here": about this code, not about the user
+    here = s.scope == Scope.USER and bool(re.search(r"\bhere\b|这里", span, _I))
+    if temporary or here or _EN_TEMPORARY.search(span) or _ZH_TEMPORARY.search(span):
         s.durability = Durability.TEMPORARY
         if s.scope == Scope.USER:
             s.scope = Scope.THREAD
