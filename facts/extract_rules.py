@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .enums import Authority, Category, Durability, Scope
@@ -1168,9 +1168,8 @@ def _label(
 
 @dataclass
 class RulesResult:
-    arguments: dict[str, Any]
+    arguments: dict[str, Any]  # a MemoryUpdate: {"facts": [...], "summaries": [], "confirmations": []}
     elapsed_ms: float
-    facts: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _reuse_aliases(key: str, live_keys: set[str]) -> str:
@@ -1214,4 +1213,4 @@ def run(rows: Sequence[Row], *, existing_facts: Sequence[Mapping[str, Any]] = ()
     started = time.perf_counter()
     facts = extract_facts(rows, existing_facts=existing_facts)
     arguments = {"facts": facts, "summaries": [], "confirmations": []}
-    return RulesResult(arguments, (time.perf_counter() - started) * 1000, facts)
+    return RulesResult(arguments, (time.perf_counter() - started) * 1000)

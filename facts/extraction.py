@@ -49,6 +49,15 @@ def extractor_for(model: BaseChatModel | None) -> str:
     return "llm" if model is not None else active_extractor()
 
 
+def model_name_for(model: BaseChatModel | None) -> str:
+    """The name a run records before it has an answer."""
+    if extractor_for(model) == "rules":
+        from .extract_rules import NAME
+
+        return NAME
+    return settings.MEMORY_LLM_MODEL
+
+
 def describe_extractor() -> str:
     """One line for people (the overview, `doctor`)."""
     try:

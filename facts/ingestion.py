@@ -29,7 +29,7 @@ from langchain_core.messages import BaseMessage, message_to_dict, messages_from_
 
 from . import bulk, gate
 from .enums import PROFILE_SECTIONS
-from .extraction import ExtractionError, extract, extractor_for
+from .extraction import ExtractionError, extract, extractor_for, model_name_for
 from .filtering import Row, filter_messages, has_user_text, text_of, to_message
 from .models import Candidate, ExtractedMessage, ExtractionRun, FactCard, Turn
 from .schemas import Parsed, parse_update
@@ -488,7 +488,7 @@ def _start(
         filtered_rows=rows,
         replay=replay,
         extractor="" if replay else extractor_for(model),
-        model_name="" if replay else settings.MEMORY_LLM_MODEL,
+        model_name="" if replay else model_name_for(model),
     )
     result = RunResult(run_id=run.pk, status=ExtractionRun.Status.SUCCEEDED, roles=[r["role"] for r in rows])
     fed = [m.id for m in fresh if m.id]

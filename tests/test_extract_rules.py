@@ -289,6 +289,13 @@ def test_with_a_model_configured_the_model_is_called_as_before(openai_stub: Open
 
 
 @pytest.mark.django_db
+def test_a_greeting_only_turn_is_skipped_and_still_says_which_extractor(no_model: None) -> None:
+    run_turns_now(**THREAD, messages=user_turn("你好"))
+    run = ExtractionRun.objects.get()
+    assert (run.status, run.extractor, run.model_name) == ("skipped", "rules", extract_rules.NAME)
+
+
+@pytest.mark.django_db
 def test_a_replay_records_no_extractor(no_model: None) -> None:
     run_turns_now(**THREAD, messages=user_turn("I prefer tabs."), model_output={"facts": []})
     assert ExtractionRun.objects.get().extractor == ""
