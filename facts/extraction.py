@@ -31,6 +31,46 @@ class ExtractionError(Exception):
     """The model gave no usable answer; the turns stay pending and can be retried."""
 
 
+EXTRACTORS = ("llm", "rules")
+
+
+def active_extractor() -> str:
+    """`llm` or `rules`: MEMORY_EXTRACTOR when set, else `llm` only if a model server is configured."""
+    chosen = (settings.MEMORY_EXTRACTOR or "").strip().lower()
+    if chosen:
+        if chosen not in EXTRACTORS:
+            raise ExtractionError(f"MEMORY_EXTRACTOR={chosen!r}: expected one of {', '.join(EXTRACTORS)}")
+        return chosen
+    return "llm" if settings.MEMORY_LLM_BASE_URL else "rules"
+
+
+def extractor_for(model: BaseChatModel | None) -> str:
+    """What `extract(…, model=model)` will run: a model handed in is always called."""
+    return "llm" if model is not None else active_extractor()
+
+
+def model_name_for(model: BaseChatModel | None) -> str:
+    """The name a run records before it has an answer."""
+    if extractor_for(model) == "rules":
+        from .extract_rules import NAME
+
+        return NAME
+    return settings.MEMORY_LLM_MODEL
+
+
+def describe_extractor() -> str:
+    """One line for people (the overview, `doctor`)."""
+    try:
+        kind = active_extractor()
+    except ExtractionError as exc:
+        return str(exc)
+    if kind == "rules":
+        how = "MEMORY_EXTRACTOR=rules" if settings.MEMORY_EXTRACTOR else "no MEMORY_LLM_BASE_URL"
+        return f"rules (built-in, no model; {how})"
+    where = settings.MEMORY_LLM_BASE_URL or "the OpenAI API"
+    return f"llm ({settings.MEMORY_LLM_MODEL} at {where})"
+
+
 def _values(enum: type) -> str:
     return " | ".join(member.value for member in enum)
 
@@ -90,6 +130,7 @@ class Extraction:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     request: list[dict[str, str]] = field(default_factory=list)
+    extractor: str = "llm"
 
 
 def build_model(**overrides: Any) -> BaseChatModel:
@@ -188,7 +229,13 @@ def extract(
     existing_facts: Sequence[Mapping[str, Any]] = (),
     model: BaseChatModel | None = None,
 ) -> Extraction:
-    """Ask the model for candidates. Raises `ExtractionError` on any failure."""
+    """Ask the configured extractor for candidates. Raises `ExtractionError` on any failure.
+
+    With no `model` handed in and `active_extractor()` = rules, the built-in rules run
+    (`facts.extract_rules`); their output goes through the same per-candidate validation.
+    """
+    if extractor_for(model) == "rules":
+        return _extract_with_rules(rows, existing_facts)
     import openai
 
     chat = model or build_model()
@@ -227,4 +274,18 @@ def extract(
         prompt_tokens=usage.get("input_tokens"),
         completion_tokens=usage.get("output_tokens"),
         request=[{"role": m.type, "content": str(m.content)} for m in request],
+    )
+
+
+def _extract_with_rules(rows: Sequence[Row], existing_facts: Sequence[Mapping[str, Any]]) -> Extraction:
+    from . import extract_rules
+
+    result = extract_rules.run(rows, existing_facts=existing_facts)
+    return Extraction(
+        arguments=result.arguments,
+        parsed=parse_update(result.arguments),
+        model_name=extract_rules.NAME,
+        model_ms=result.elapsed_ms,
+        request=[{"role": "rules", "content": extract_rules.NAME}],
+        extractor="rules",
     )

@@ -33,7 +33,7 @@ from langchain_core.messages import BaseMessage, message_to_dict, messages_from_
 from . import bulk, claims, gate
 from .enums import PROFILE_SECTIONS
 from .erasure import ErasureInProgress, erasing, refuse_turn
-from .extraction import ExtractionError, extract
+from .extraction import ExtractionError, extract, extractor_for, model_name_for
 from .filtering import Row, filter_messages, has_user_text, text_of, to_message
 from .models import Candidate, ExtractedMessage, ExtractionRun, FactCard, Turn
 from .schemas import Parsed, parse_update
@@ -607,7 +607,8 @@ def _start(
             project_id=project_id or "",
             filtered_rows=rows,
             replay=replay,
-            model_name="" if replay else settings.MEMORY_LLM_MODEL,
+            extractor="" if replay else extractor_for(model),
+            model_name="" if replay else model_name_for(model),
             claimed_by=claim,
             lease_until=claims.lease_until(),
         )

@@ -198,6 +198,10 @@ class ExtractionRun(models.Model):
         SKIPPED = "skipped"
         FAILED = "failed"
 
+    class Extractor(models.TextChoices):
+        LLM = "llm", "LLM"
+        RULES = "rules", "Rules (built-in)"
+
     user_id = models.CharField(max_length=200)
     agent_name = models.CharField(max_length=64)
     thread_id = models.CharField(max_length=200, blank=True, default="")
@@ -205,6 +209,8 @@ class ExtractionRun(models.Model):
     filtered_rows = models.JSONField(default=list, help_text="[{id, role, content}] after filtering")
     model_name = models.CharField(max_length=200, blank=True, default="")
     replay = models.BooleanField(default=False, help_text="model output supplied, model not called")
+    # Blank for replays: nothing was called.
+    extractor = models.CharField(max_length=16, choices=Extractor.choices, blank=True, default="")
     raw_output = models.JSONField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
     error = models.TextField(blank=True, default="")

@@ -19,6 +19,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from facts.access import ADMINISTER
+from facts.extraction import describe_extractor
 from facts.forms import AuditFilters, day_end, day_start
 from facts.models import AuditEvent, Candidate, ExtractionRun, FactCard
 from facts.views import audit, overview_counts, page_of, query_without_page
@@ -130,6 +131,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         **charts(),
         "runs": ExtractionRun.objects.order_by("-started_at").defer("filtered_rows", "raw_output")[:10],
         "health": index_health(),
+        "extractor": describe_extractor(),
     }
     return render(request, "memoryadmin/overview.html", ctx)
 

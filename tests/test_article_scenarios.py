@@ -60,6 +60,7 @@ def extractor(settings: Any, monkeypatch: pytest.MonkeyPatch) -> ReplayExtractor
     settings.MEMORY_DEBOUNCE_SECONDS = 0
     settings.API_USAGE_FLUSH_SECONDS = 0
     settings.MEMORY_REVIEW_MODE = "auto"
+    settings.MEMORY_EXTRACTOR = "llm"  # the replayed model stands in for the LLM (no MEMORY_LLM_BASE_URL here)
     replay = ReplayExtractor(rules=list(RULES))
     monkeypatch.setattr("facts.extraction.build_model", lambda **_: replay)
     return replay

@@ -164,9 +164,20 @@ def test_it_fails_when_the_model_endpoint_refuses_the_key(healthy) -> None:
     assert any("API key" in f for f in _failures(_doctor()[1]))
 
 
-def test_it_fails_when_no_model_is_configured(healthy, settings) -> None:
+def test_it_fails_when_the_llm_is_chosen_but_no_model_is_configured(healthy, settings) -> None:
     settings.MEMORY_LLM_BASE_URL = ""
+    settings.MEMORY_EXTRACTOR = "llm"
     assert any("MEMORY_LLM_BASE_URL" in f for f in _failures(_doctor()[1]))
+
+
+def test_with_no_model_configured_it_reports_the_rule_extractor(healthy, settings) -> None:
+    settings.MEMORY_LLM_BASE_URL = ""
+    settings.MEMORY_EXTRACTOR = ""
+    code, findings = _doctor()
+    assert code == 0, _failures(findings)
+    out = StringIO()
+    call_command("doctor", stdout=out, stderr=StringIO())
+    assert "extractor: rules" in out.getvalue()
 
 
 def test_warnings_count_only_when_strict(healthy, memory_root: Path) -> None:
@@ -177,6 +188,7 @@ def test_warnings_count_only_when_strict(healthy, memory_root: Path) -> None:
 
 def test_the_plain_report_names_each_problem(healthy, settings) -> None:
     settings.MEMORY_LLM_BASE_URL = ""
+    settings.MEMORY_EXTRACTOR = "llm"
     err = StringIO()
     with pytest.raises(CommandError):
         call_command("doctor", stdout=StringIO(), stderr=err)

@@ -197,6 +197,16 @@ class Doctor:
             self.warn("turns", f"{failed} turns failed extraction: `manage.py process_turns --retry-failed`")
 
     def check_model(self) -> None:
+        from facts.extraction import ExtractionError, active_extractor, describe_extractor
+
+        try:
+            kind = active_extractor()
+        except ExtractionError as exc:
+            self.fail("model", str(exc))
+            return
+        if kind == "rules":
+            self.ok("model", f"extractor: {describe_extractor()}; set MEMORY_LLM_BASE_URL to use a model")
+            return
         base = settings.MEMORY_LLM_BASE_URL.rstrip("/")
         if not base:
             self.fail("model", "MEMORY_LLM_BASE_URL is not set: no extraction can run")
