@@ -62,7 +62,7 @@ def api_endpoint(*methods: str) -> Callable[[View], View]:
             except TooLarge:
                 return error(413, "too_large", f"the body is larger than {_max_body()} bytes")
             except BadRequest as exc:
-                return error(400, exc.code, f"{exc.field}: {exc.message}")
+                return error(400, exc.code, exc.text)
             except Exception:
                 # JSON for agents too; MemoryClient treats 5xx as transient and retries.
                 log.exception("API %s %s failed", request.method, request.path)
