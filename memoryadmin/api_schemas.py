@@ -8,21 +8,19 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from facts.sanitize import error_lines, path_text
+from facts.sanitize import error_lines, has_control, path_text
 from facts.store import InvalidId, normalize_agent, normalize_id
 
 MAX_JSON_DEPTH = 32
 MAX_QUERY_CHARS = 2000
 MODES = ("auto", "tool")
 ROLES = ("user", "assistant", "system", "developer", "tool", "function", "human", "ai")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class BadRequest(Exception):
@@ -173,7 +171,7 @@ def clean_id(field: str, value: Any, *, required: bool) -> str | None:
         raise BadRequest(field, "must be a string")
     if len(value) > int(settings.API_MAX_ID_CHARS):
         raise BadRequest(field, f"is longer than {settings.API_MAX_ID_CHARS} characters")
-    if _CONTROL.search(value) or "/" in value or "\\" in value or value.strip(".") == "":
+    if has_control(value) or "/" in value or "\\" in value or value.strip(".") == "":
         raise BadRequest(field, "must not contain '/', '\\', control characters, or be only dots")
     _check_text(value)
     try:
