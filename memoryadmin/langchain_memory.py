@@ -297,7 +297,11 @@ class MemoryClient:
 
 
 def _jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str, ensure_ascii=False))
+    # NaN and ±Infinity are not JSON and the API refuses them (facts/sanitize.py); a score
+    # in a message's metadata must not cost the user's words, so they travel as null, as
+    # JavaScript's JSON.stringify does.
+    text = json.dumps(value, default=str, ensure_ascii=False)
+    return json.loads(text, parse_constant=lambda _name: None)
 
 
 def to_wire(message: BaseMessage) -> dict[str, Any]:

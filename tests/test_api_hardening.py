@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
+from langchain_core.messages import AIMessage, HumanMessage
 
 from facts.ingestion import TurnRejected, record_turn
 from facts.models import AuditEvent, Turn
 from facts.writer import save_card
 from memoryadmin import api_auth
 from memoryadmin.api_schemas import CHUNK_BYTES
-from memoryadmin.langchain_memory import LocalMemory, MemoryContext, MemoryRejected
+from memoryadmin.langchain_memory import LocalMemory, MemoryContext, MemoryRejected, to_wire
 from memoryadmin.models import ApiKey
 from retrieval.render import render_context
 from tests.factories import fact_candidate
@@ -98,6 +99,22 @@ def test_a_nan_in_process_is_refused_as_bad_input_not_as_an_outage() -> None:
     with pytest.raises(MemoryRejected):
         LocalMemory().record_turn(MemoryContext(user_id="alice", agent_name="coder", thread_id="t1"), [message])
     assert Turn.objects.count() == 0
+
+
+def test_the_middleware_sends_null_for_nan_so_the_turn_is_not_lost() -> None:
+    message = AIMessage(
+        content="ok",
+        id="a1",
+        additional_kwargs={"logprob": float("-inf")},
+        tool_calls=[{"id": "c1", "name": "f", "args": {"v": float("nan")}}],
+    )
+    wire = to_wire(message)
+    assert wire["additional_kwargs"] == {"logprob": None}
+    assert wire["tool_calls"][0]["args"] == {"v": None}
+    json.dumps(wire, allow_nan=False)  # what httpx sends: strict JSON
+    user = to_wire(HumanMessage(content="I mostly write Go.", id="u1", additional_kwargs={"s": float("inf")}))
+    ctx = MemoryContext(user_id="alice", agent_name="coder", thread_id="t1")
+    assert LocalMemory().record_turn(ctx, [user, wire])["accepted"] == 2
 
 
 # --- chunked bodies --------------------------------------------------------------------------
