@@ -126,8 +126,9 @@ def check_json_value(data: Any) -> None:
             continue
         if isinstance(value, float):
             if not math.isfinite(value):
+                name = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
                 raise BadRequest(
-                    path_text(path) or "body", f"{value!r} is not a JSON number (NaN and Infinity are refused)"
+                    path_text(path) or "body", f"{name} is not a JSON number; send a finite number or null"
                 )
             continue
         if isinstance(value, dict):

@@ -30,7 +30,7 @@ _ERRORS = {
     "400": _error_response(
         "Malformed JSON, or a field that is missing or invalid: one short line per problem, each naming "
         "its place (`messages[2].content[0]: …`). Strict JSON: NaN and ±Infinity are refused wherever they "
-        "are (`messages[0].additional_kwargs.score: nan is not a JSON number …`); so are ids with control "
+        "are (`messages[0].additional_kwargs.score: NaN is not a JSON number; …`); so are ids with control "
         "characters. Control characters in message text are removed, not refused.",
         "invalid_field",
         "messages[2].content[0]: Input should be a valid string or a valid dictionary",
