@@ -13,6 +13,9 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 
 from facts.ingestion import TurnRejected, record_turn
@@ -24,6 +27,7 @@ from memoryadmin.langchain_memory import LocalMemory, MemoryContext, MemoryRejec
 from memoryadmin.models import ApiKey
 from retrieval.render import render_context
 from tests.factories import fact_candidate
+from tests.helpers_reliability.fuzz import examples
 from tests.openai_stub import OpenAIStub
 
 pytestmark = pytest.mark.django_db
@@ -379,3 +383,36 @@ def test_the_dashboard_form_creates_a_tenant_key(admin_client_: Client) -> None:
     assert key.allowed_users == ["acme:*"]
     page = admin_client_.get("/agents/").content.decode()
     assert "acme:*" in page and "every user" not in page.split("acme from the dashboard")[1].split("</tr>")[0]
+
+
+# --- the endpoint fuzzed inside a message (where NaN and NUL used to get through) ------------------
+
+hostile_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()  # NaN and ±Infinity included
+    | st.text(alphabet=st.characters(codec="utf-8"), max_size=20),  # NUL and other controls included
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@hypothesis_settings(
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(field=st.sampled_from(["content", "additional_kwargs", "tool_calls", "name", "id"]), value=hostile_values)
+def test_any_value_inside_a_message_is_202_or_400_and_never_stores_a_control_character(field: str, value: Any) -> None:
+    _, raw = ApiKey.issue("fuzz")  # a key per example: the rate limit never interferes
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    message: dict[str, Any] = {"id": "u1", "role": "assistant", "content": "hi", field: value}
+    body = turn_body(message, thread_id=f"t-{ApiKey.objects.count()}")
+    response = post_raw(client, json.dumps(body))  # json.dumps writes NaN/Infinity as Python does
+    assert response.status_code in (202, 400), response.content[:300]
+    if response.status_code == 400:
+        assert "\n" not in error_of(response)["message"]
+    for stored in Turn.objects.values_list("messages", flat=True):
+        text = json.dumps(stored, allow_nan=False)
+        assert not any(f"\\u{n:04x}" in text for n in (*range(0, 9), 11, 12, *range(14, 32), *range(127, 160)))
