@@ -61,8 +61,8 @@ class NonFinite(ValueError):
 def clean_value(value: Any, path: Sequence[str | int] = ()) -> Any:
     """`value` with the control characters of every string and key removed.
 
-    Raises `NonFinite` naming the first NaN/±Infinity. Returns the same objects when
-    nothing changed (the common case costs one regex search per string).
+    Raises `NonFinite` naming the first NaN/±Infinity. Containers are copied, strings
+    only when they hold a control character (about 12 µs for a typical message).
     """
     if isinstance(value, str):
         return strip_controls(value)

@@ -192,20 +192,20 @@ class LocalMemory:
     ) -> dict[str, Any]:
         from facts.ingestion import TurnRejected
         from memoryadmin import api_service
-        from memoryadmin.api_schemas import BadRequest, clean_id, parse_turn
+        from memoryadmin.api_schemas import BadRequest, check_json_value, clean_id, parse_turn
 
         try:
             scope = self._scope(ctx)
             thread_id = str(clean_id("thread_id", ctx.thread_id, required=True))
-            parse_turn(
-                {
-                    "user_id": scope.user_id,
-                    "agent_name": scope.agent_name,
-                    "thread_id": thread_id,
-                    "project_id": scope.project_id,
-                    "messages": [dict(m) for m in messages],
-                }
-            )
+            body = {
+                "user_id": scope.user_id,
+                "agent_name": scope.agent_name,
+                "thread_id": thread_id,
+                "project_id": scope.project_id,
+                "messages": [dict(m) for m in messages],
+            }
+            check_json_value(body)  # the HTTP body's checks too: depth, surrogates, NaN
+            parse_turn(body)
             return api_service.accept_turn(
                 scope, thread_id=thread_id, messages=[dict(m) for m in messages], flush=flush
             )

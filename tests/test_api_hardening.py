@@ -102,6 +102,13 @@ def test_a_nan_in_process_is_refused_as_bad_input_not_as_an_outage() -> None:
     # The middleware's in-process memory: rejected (dropped), never retried from the outbox as an outage.
     with pytest.raises(MemoryRejected):
         LocalMemory().record_turn(MemoryContext(user_id="alice", agent_name="coder", thread_id="t1"), [message])
+    # The HTTP body's other checks apply in process too: 100 levels deep is refused, not an outage.
+    deep: Any = 1
+    for _ in range(100):
+        deep = {"d": deep}
+    nested = {"id": "u2", "role": "user", "content": "hi", "additional_kwargs": deep}
+    with pytest.raises(MemoryRejected, match="nested deeper"):
+        LocalMemory().record_turn(MemoryContext(user_id="alice", agent_name="coder", thread_id="t1"), [nested])
     assert Turn.objects.count() == 0
 
 
