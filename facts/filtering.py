@@ -13,6 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypedDict
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, convert_to_messages, messages_from_dict
+from pydantic import ValidationError
+
+from .sanitize import InvalidMessage
 
 
 class Row(TypedDict):
@@ -158,9 +161,11 @@ def to_message(raw: BaseMessage | Mapping[str, Any]) -> BaseMessage:
             raise ValueError("a message needs a 'role' (or 'type')")
         data.setdefault("content", "")
         return convert_to_messages([data])[0]
+    except ValidationError as exc:  # before ValueError, which it is: keep where the problem is
+        raise InvalidMessage(exc.errors()) from None
     except ValueError:
         raise
-    except Exception as exc:  # the converters' KeyError/TypeError, an unknown role, pydantic errors
+    except Exception as exc:  # the converters' KeyError/TypeError, an unknown role
         raise ValueError(str(exc)) from None
 
 

@@ -36,6 +36,7 @@ from .erasure import ErasureInProgress, erasing, refuse_turn
 from .extraction import ExtractionError, extract, extractor_for, model_name_for
 from .filtering import Row, filter_messages, has_user_text, text_of, to_message
 from .models import Candidate, ExtractedMessage, ExtractionRun, FactCard, Turn
+from .sanitize import InvalidMessage, NonFinite, clean_value, has_control
 from .schemas import Parsed, parse_update
 from .store import InvalidId, get_store, normalize_agent, normalize_id
 
@@ -43,12 +44,19 @@ log = logging.getLogger(__name__)
 
 
 class TurnRejected(ValueError):
-    """Bad input: `field` names what is wrong (for a 400 answer)."""
+    """Bad input: `field` names what is wrong (for a 400 answer); str() is the whole text."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+    @classmethod
+    def from_lines(cls, lines: list[str]) -> TurnRejected:
+        field, _, message = lines[0].partition(": ")
+        exc = cls(field, message)
+        exc.args = ("; ".join(lines),)
+        return exc
 
 
 @dataclass
@@ -111,6 +119,8 @@ def _required_id(field_name: str, value: Any) -> str:
         raise TurnRejected(field_name, "a non-empty string is required")
     if len(value) > settings.API_MAX_ID_CHARS:
         raise TurnRejected(field_name, f"at most {settings.API_MAX_ID_CHARS} characters")
+    if has_control(value):  # facts/sanitize.py: ids are refused, text is cleaned
+        raise TurnRejected(field_name, "must not contain control characters")
     return value
 
 
@@ -165,19 +175,31 @@ def clean_turn(
         where = f"messages[{index}]"
         try:
             message = to_message(raw)
+        except InvalidMessage as exc:
+            raise TurnRejected.from_lines(exc.lines(("messages", index))) from None
         except ValueError as exc:
             raise TurnRejected(where, str(exc)[:300]) from None
         if len(text_of(message.content)) > settings.API_MAX_MESSAGE_CHARS:
             raise TurnRejected(where, f"content longer than {settings.API_MAX_MESSAGE_CHARS} characters")
         if message.id is not None and (not isinstance(message.id, str) or len(message.id) > 200):
             raise TurnRejected(f"{where}.id", "at most 200 characters")
+        if message.id and has_control(message.id):
+            raise TurnRejected(f"{where}.id", "must not contain control characters")
         if not message.id:
             message = message.model_copy(update={"id": _stable_id(message, seen)})
         elif message.id in seen:
             continue  # the same message twice in one turn
         seen.add(message.id)
         ids.append(message.id)
-        cleaned.append(message_to_dict(message))
+        stored = message_to_dict(message)
+        try:
+            # Control characters out of every string, NaN/Infinity refused (facts/sanitize.py).
+            stored["data"] = clean_value(stored["data"], ("messages", index))
+        except NonFinite as exc:
+            raise TurnRejected(
+                exc.path, "NaN and Infinity are not JSON numbers; send a finite number or null"
+            ) from None
+        cleaned.append(stored)
     return CleanTurn(user_id, agent, thread_id, project, cleaned, ids)
 
 

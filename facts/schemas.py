@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .enums import PROFILE_SECTIONS, Authority, Category, Durability, Scope
+from .sanitize import strip_controls
 
 _SPACES = re.compile(r"[\s\-]+")
 
@@ -26,6 +27,12 @@ def normalize_key(value: str) -> str:
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="ignore", str_strip_whitespace=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_controls(cls, value: Any) -> Any:
+        # A model reply is as untrusted as a turn: no NUL reaches a card (facts/sanitize.py).
+        return strip_controls(value) if isinstance(value, str) else value
 
 
 class FactCandidate(_Strict):

@@ -45,6 +45,14 @@ def api_endpoint(*methods: str) -> Callable[[View], View]:
             try:
                 key = api_auth.authenticate(request)
             except api_auth.AuthError as exc:
+                failures = api_auth.record_failure(api_auth.client_address(request))
+                if not failures.allowed:
+                    return error(
+                        429,
+                        "too_many_failures",
+                        f"more than {failures.limit} failed API keys from this address; retry later",
+                        Retry_After=str(failures.retry_after),
+                    )
                 return error(401, exc.code, exc.message, WWW_Authenticate='Bearer realm="memory"')
             decision = api_auth.hit(key)
             if decision.first_in_window:
@@ -62,7 +70,7 @@ def api_endpoint(*methods: str) -> Callable[[View], View]:
             except TooLarge:
                 return error(413, "too_large", f"the body is larger than {_max_body()} bytes")
             except BadRequest as exc:
-                return error(400, exc.code, f"{exc.field}: {exc.message}")
+                return error(400, exc.code, exc.text)
             except Exception:
                 # JSON for agents too; MemoryClient treats 5xx as transient and retries.
                 log.exception("API %s %s failed", request.method, request.path)
@@ -79,16 +87,19 @@ def _max_body() -> int:
     return int(settings.API_MAX_BODY_BYTES)
 
 
-def _forbidden_agent(key: ApiKey, agent_name: str) -> JsonResponse | None:
-    if key.allows(agent_name):
-        return None
-    return error(403, "agent_not_allowed", f"this key may not act for the agent {agent_name!r}")
+def _forbidden(key: ApiKey, user_id: str, agent_name: str) -> JsonResponse | None:
+    """403 when the key is limited to other agents or other users (tenants)."""
+    if not key.allows(agent_name):
+        return error(403, "agent_not_allowed", f"this key may not act for the agent {agent_name!r}")
+    if not key.allows_user(user_id):
+        return error(403, "user_not_allowed", f"this key may not act for the user {user_id!r}")
+    return None
 
 
 def _turn(request: HttpRequest, *, flush: bool) -> HttpResponse:
     body = read_json_body(request)
     turn = parse_turn(body)
-    if denied := _forbidden_agent(request.api_key, turn.agent_name):  # type: ignore[attr-defined]
+    if denied := _forbidden(request.api_key, turn.user_id, turn.agent_name):  # type: ignore[attr-defined]
         return denied
     from facts.erasure import ErasureInProgress
     from facts.ingestion import TurnRejected
@@ -121,7 +132,7 @@ def flush(request: HttpRequest) -> HttpResponse:
 def context(request: HttpRequest) -> HttpResponse:
     scope_params = parse_scope(request.GET)
     mode = parse_mode(request.GET)
-    if denied := _forbidden_agent(request.api_key, scope_params.agent_name):  # type: ignore[attr-defined]
+    if denied := _forbidden(request.api_key, scope_params.user_id, scope_params.agent_name):  # type: ignore[attr-defined]
         return denied
     scope = api_service.Scope(scope_params.user_id, scope_params.agent_name, scope_params.project_id)
     return JsonResponse(api_service.serve_context(scope, mode=mode), json_dumps_params={"ensure_ascii": False})
@@ -131,7 +142,7 @@ def context(request: HttpRequest) -> HttpResponse:
 def search(request: HttpRequest) -> HttpResponse:
     scope_params = parse_scope(request.GET)
     query, limit = parse_search(request.GET)
-    if denied := _forbidden_agent(request.api_key, scope_params.agent_name):  # type: ignore[attr-defined]
+    if denied := _forbidden(request.api_key, scope_params.user_id, scope_params.agent_name):  # type: ignore[attr-defined]
         return denied
     scope = api_service.Scope(scope_params.user_id, scope_params.agent_name, scope_params.project_id)
     results = api_service.serve_search(scope, query, limit=limit)

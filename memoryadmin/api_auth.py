@@ -8,6 +8,7 @@ requests) rather than in per-process memory. One UPSERT per request, ~50 µs.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -23,6 +24,8 @@ from django.utils.dateparse import parse_datetime
 from .models import ApiKey, hash_key
 
 WINDOW_SECONDS = 60
+
+log = logging.getLogger(__name__)
 
 
 class AuthError(Exception):
@@ -52,7 +55,16 @@ def authenticate(request: HttpRequest) -> ApiKey:
     return key
 
 
-_KEY_FIELDS = ("id", "name", "prefix", "key_hash", "allowed_agents", "rate_limit_per_minute", "revoked_at")
+_KEY_FIELDS = (
+    "id",
+    "name",
+    "prefix",
+    "key_hash",
+    "allowed_agents",
+    "allowed_users",
+    "rate_limit_per_minute",
+    "revoked_at",
+)
 
 
 def _lookup(key_hash: str) -> ApiKey | None:
@@ -66,8 +78,9 @@ def _lookup(key_hash: str) -> ApiKey | None:
     if row is None:
         return None
     values = dict(zip(_KEY_FIELDS, row, strict=True))
-    if isinstance(values["allowed_agents"], str):
-        values["allowed_agents"] = json.loads(values["allowed_agents"])
+    for name in ("allowed_agents", "allowed_users"):
+        if isinstance(values[name], str):
+            values[name] = json.loads(values[name])
     revoked = values["revoked_at"]
     if isinstance(revoked, str):
         values["revoked_at"] = parse_datetime(revoked)
@@ -111,6 +124,11 @@ def _connection() -> sqlite3.Connection:
             "CREATE TABLE IF NOT EXISTS hits (key TEXT NOT NULL, window INTEGER NOT NULL, n INTEGER NOT NULL,"
             " PRIMARY KEY (key, window)) WITHOUT ROWID"
         )
+        # Failed authentications per client address, in windows of their own length.
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS failures (addr TEXT NOT NULL, window INTEGER NOT NULL, n INTEGER NOT NULL,"
+            " PRIMARY KEY (addr, window)) WITHOUT ROWID"
+        )
         cache[str(path)] = conn
     return conn
 
@@ -143,3 +161,39 @@ def hit(key: ApiKey, *, now: float | None = None) -> RateDecision:
 def touch(key: ApiKey) -> None:
     """Record that the key was used; called once per key and minute, not per request."""
     ApiKey.objects.filter(pk=key.pk).update(last_used_at=timezone.now())
+
+
+# --- failed keys per client address ----------------------------------------------------
+#
+# Only failures are throttled: once an address has sent API_AUTH_FAILURE_LIMIT unknown,
+# revoked or missing keys within the window, its further failures answer 429 with
+# Retry-After instead of 401, while a valid key from the same address still passes.
+# Keys are 256 random bits, so letting a correct key through gives a guesser nothing;
+# refusing it would let anyone behind the same NAT or reverse proxy (where every client
+# has the proxy's address) lock every agent out with a few bad requests.
+
+
+def client_address(request: HttpRequest) -> str:
+    return str(request.META.get("REMOTE_ADDR") or "unknown")[:64]
+
+
+def record_failure(addr: str, *, now: float | None = None) -> RateDecision:
+    """Count one failed authentication from `addr`; `allowed` is False past the limit."""
+    limit = int(settings.API_AUTH_FAILURE_LIMIT)
+    length = max(1, int(settings.API_AUTH_FAILURE_WINDOW_SECONDS))
+    now = time.time() if now is None else now
+    window = int(now // length)
+    retry_after = max(1, int((window + 1) * length - now))
+    conn = _connection()
+    (count,) = conn.execute(
+        "INSERT INTO failures (addr, window, n) VALUES (?, ?, 1)"
+        " ON CONFLICT (addr, window) DO UPDATE SET n = n + 1 RETURNING n",
+        (addr, window),
+    ).fetchone()
+    first = count == 1
+    if first:
+        conn.execute("DELETE FROM failures WHERE window < ?", (window - 1,))
+    allowed = limit <= 0 or count <= limit
+    if count == limit + 1:
+        log.warning("API: %d failed keys from %s within %d s; throttled for %d s", limit, addr, length, retry_after)
+    return RateDecision(allowed, limit, count, retry_after, first)

@@ -7,20 +7,20 @@ problem becomes a `BadRequest` naming the field.
 from __future__ import annotations
 
 import json
-import re
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from facts.sanitize import error_lines, has_control, path_text
 from facts.store import InvalidId, normalize_agent, normalize_id
 
 MAX_JSON_DEPTH = 32
 MAX_QUERY_CHARS = 2000
 MODES = ("auto", "tool")
 ROLES = ("user", "assistant", "system", "developer", "tool", "function", "human", "ai")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class BadRequest(Exception):
@@ -29,6 +29,15 @@ class BadRequest(Exception):
         self.field = field
         self.message = message
         self.code = code
+        self.text = f"{field}: {message}"
+
+    @classmethod
+    def from_lines(cls, lines: list[str]) -> BadRequest:
+        """Several problems (pydantic's errors of one message), one short line each."""
+        field, _, message = lines[0].partition(": ")
+        exc = cls(field, message)
+        exc.text = "; ".join(lines)
+        return exc
 
 
 class TooLarge(Exception):
@@ -41,17 +50,20 @@ class TooLarge(Exception):
 def read_json_body(request: Any) -> dict[str, Any]:
     """The body as a JSON object, with the size, encoding and depth limits applied."""
     limit = int(settings.API_MAX_BODY_BYTES)
-    declared = request.META.get("CONTENT_LENGTH") or "0"
-    try:
-        declared_size = int(declared)
-    except ValueError:
-        raise BadRequest("Content-Length", "is not a number", code="malformed") from None
-    if declared_size > limit:
-        raise TooLarge
-    # Read at most one byte more than allowed: the real size counts, whatever the header said.
-    raw = request.read(limit + 1)
-    if len(raw) > limit:
-        raise TooLarge
+    declared = request.META.get("CONTENT_LENGTH") or ""
+    if not declared and "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
+        raw = _read_chunked(request, limit)
+    else:
+        try:
+            declared_size = int(declared or "0")
+        except ValueError:
+            raise BadRequest("Content-Length", "is not a number", code="malformed") from None
+        if declared_size > limit:
+            raise TooLarge
+        # Read at most one byte more than allowed: the real size counts, whatever the header said.
+        raw = request.read(limit + 1)
+        if len(raw) > limit:
+            raise TooLarge
     content_type = request.META.get("CONTENT_TYPE", "")
     if content_type and not content_type.split(";")[0].strip().lower().endswith("json"):
         raise BadRequest("Content-Type", "must be application/json", code="malformed")
@@ -71,28 +83,67 @@ def read_json_body(request: Any) -> dict[str, Any]:
     return data
 
 
+CHUNK_BYTES = 64 * 1024
+
+
+def _read_chunked(request: Any, limit: int) -> bytes:
+    """A ``Transfer-Encoding: chunked`` body, read piece by piece up to `limit`.
+
+    Django reads a request without Content-Length as empty (its stream is limited to
+    the declared length, 0), so a chunked body is read from the WSGI input itself. Only
+    when the server says that input ends with the body (``wsgi.input_terminated``, set
+    by gunicorn, which removes the chunk framing): reading a raw socket to its end would
+    wait for a keep-alive client forever. TooLarge as soon as the limit is passed; the
+    rest is never read into memory.
+    """
+    if not request.environ.get("wsgi.input_terminated"):
+        raise BadRequest(
+            "Content-Length", "is required by this server (it cannot read chunked bodies)", code="malformed"
+        )
+    stream = request.environ["wsgi.input"]
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        piece = stream.read(min(CHUNK_BYTES, limit + 1 - size))
+        if not piece:
+            return b"".join(parts)
+        parts.append(piece)
+        size += len(piece)
+        if size > limit:
+            raise TooLarge
+
+
 def check_json_value(data: Any) -> None:
-    """Reject nesting deeper than MAX_JSON_DEPTH and strings that are not valid Unicode
-    (JSON's ``\\ud800`` escapes decode to lone surrogates that cannot be stored)."""
-    stack: list[tuple[Any, int]] = [(data, 1)]
+    """Reject nesting deeper than MAX_JSON_DEPTH, strings that are not valid Unicode
+    (JSON's ``\\ud800`` escapes decode to lone surrogates that cannot be stored), and
+    numbers that are not finite: Python's parser takes ``NaN``, ``Infinity`` and ``1e999``,
+    which are not JSON and which no JSON column can store. The error names the place."""
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())]
     while stack:
-        value, depth = stack.pop()
+        value, path = stack.pop()
         if isinstance(value, str):
             _check_text(value)
+            continue
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                name = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+                raise BadRequest(
+                    path_text(path) or "body", f"{name} is not a JSON number; send a finite number or null"
+                )
             continue
         if isinstance(value, dict):
             children: Any = value.items()
         elif isinstance(value, list):
-            children = ((None, item) for item in value)
+            children = enumerate(value)
         else:
             continue
-        if depth > MAX_JSON_DEPTH:
+        if len(path) >= MAX_JSON_DEPTH:
             raise BadRequest("body", f"JSON nested deeper than {MAX_JSON_DEPTH} levels", code="malformed")
         for key, item in children:
-            if key is not None:
+            if isinstance(key, str):
                 _check_text(key)
-            if isinstance(item, (dict, list, str)):
-                stack.append((item, depth + 1))
+            if isinstance(item, (dict, list, str, float)):
+                stack.append((item, (*path, key)))
 
 
 def _check_text(value: str) -> None:
@@ -121,7 +172,7 @@ def clean_id(field: str, value: Any, *, required: bool) -> str | None:
         raise BadRequest(field, "must be a string")
     if len(value) > int(settings.API_MAX_ID_CHARS):
         raise BadRequest(field, f"is longer than {settings.API_MAX_ID_CHARS} characters")
-    if _CONTROL.search(value) or "/" in value or "\\" in value or value.strip(".") == "":
+    if has_control(value) or "/" in value or "\\" in value or value.strip(".") == "":
         raise BadRequest(field, "must not contain '/', '\\', control characters, or be only dots")
     _check_text(value)
     try:
@@ -151,7 +202,8 @@ class MessageIn(BaseModel):
     # Optional: the write side derives a stable id from the content when it is missing.
     id: str | None = Field(default=None, min_length=1, max_length=200)
     role: Literal["user", "assistant", "system", "developer", "tool", "function", "human", "ai"]
-    content: str | list[Any] = ""
+    # LangChain's own shape: a string or a list of content blocks (strings or objects).
+    content: str | list[str | dict[str, Any]] = ""
     additional_kwargs: dict[str, Any] = Field(default_factory=dict)
     tool_calls: list[dict[str, Any]] = Field(default_factory=list)
 
@@ -189,10 +241,7 @@ def parse_turn(data: dict[str, Any]) -> TurnRequest:
         try:
             message = MessageIn.model_validate(raw)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            # The field itself; deeper parts of the location are pydantic's union tags.
-            field = f"{where}.{err['loc'][0]}" if err["loc"] else where
-            raise BadRequest(field, err["msg"]) from None
+            raise BadRequest.from_lines(error_lines(exc.errors(), ("messages", index))) from None
         if message.id is not None and message.id in seen:
             raise BadRequest(f"{where}.id", f"repeats the id {message.id!r} of an earlier message")
         seen.add(message.id)

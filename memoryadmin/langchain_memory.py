@@ -193,20 +193,20 @@ class LocalMemory:
         from facts.erasure import ErasureInProgress
         from facts.ingestion import TurnRejected
         from memoryadmin import api_service
-        from memoryadmin.api_schemas import BadRequest, clean_id, parse_turn
+        from memoryadmin.api_schemas import BadRequest, check_json_value, clean_id, parse_turn
 
         try:
             scope = self._scope(ctx)
             thread_id = str(clean_id("thread_id", ctx.thread_id, required=True))
-            parse_turn(
-                {
-                    "user_id": scope.user_id,
-                    "agent_name": scope.agent_name,
-                    "thread_id": thread_id,
-                    "project_id": scope.project_id,
-                    "messages": [dict(m) for m in messages],
-                }
-            )
+            body = {
+                "user_id": scope.user_id,
+                "agent_name": scope.agent_name,
+                "thread_id": thread_id,
+                "project_id": scope.project_id,
+                "messages": [dict(m) for m in messages],
+            }
+            check_json_value(body)  # the HTTP body's checks too: depth, surrogates, NaN
+            parse_turn(body)
             return api_service.accept_turn(
                 scope, thread_id=thread_id, messages=[dict(m) for m in messages], flush=flush
             )
@@ -301,7 +301,11 @@ class MemoryClient:
 
 
 def _jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str, ensure_ascii=False))
+    # NaN and ±Infinity are not JSON and the API refuses them (facts/sanitize.py); a score
+    # in a message's metadata must not cost the user's words, so they travel as null, as
+    # JavaScript's JSON.stringify does.
+    text = json.dumps(value, default=str, ensure_ascii=False)
+    return json.loads(text, parse_constant=lambda _name: None)
 
 
 def to_wire(message: BaseMessage) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import re
 import secrets
 
 from django.db import models
@@ -18,6 +20,8 @@ class ApiKey(models.Model):
     prefix = models.CharField(max_length=12, help_text="First characters, to recognise a key")
     key_hash = models.CharField(max_length=64, unique=True)
     allowed_agents = models.JSONField(default=list, blank=True, help_text="Empty: every agent")
+    # Tenant scoping: patterns of user ids, `*` matching any run of characters ("acme:*").
+    allowed_users = models.JSONField(default=list, blank=True, help_text="Empty: every user")
     rate_limit_per_minute = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.CharField(max_length=150, blank=True, default="")
@@ -28,13 +32,21 @@ class ApiKey(models.Model):
         return f"{self.name} ({self.prefix}…)"
 
     @classmethod
-    def issue(cls, name: str, *, allowed_agents: list[str] | None = None, created_by: str = "") -> tuple[ApiKey, str]:
+    def issue(
+        cls,
+        name: str,
+        *,
+        allowed_agents: list[str] | None = None,
+        allowed_users: list[str] | None = None,
+        created_by: str = "",
+    ) -> tuple[ApiKey, str]:
         raw = "mem_" + secrets.token_urlsafe(32)
         key = cls.objects.create(
             name=name,
             prefix=raw[:12],
             key_hash=hash_key(raw),
             allowed_agents=allowed_agents or [],
+            allowed_users=allowed_users or [],
             created_by=created_by,
         )
         return key, raw
@@ -49,6 +61,30 @@ class ApiKey(models.Model):
 
     def allows(self, agent_name: str) -> bool:
         return not self.allowed_agents or agent_name in self.allowed_agents
+
+    def allows_user(self, user_id: str) -> bool:
+        """Whether the key may act for `user_id` (the id exactly as the agent sends it)."""
+        return not self.allowed_users or any(user_pattern(p).fullmatch(user_id) for p in self.allowed_users)
+
+
+@functools.lru_cache(maxsize=1024)
+def user_pattern(pattern: str) -> re.Pattern[str]:
+    """``acme:*`` → any id starting with ``acme:``. Only ``*`` is special (any run of
+    characters, ``:`` and ``/`` included); everything else matches itself, case-sensitively,
+    as user ids are compared everywhere else."""
+    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")), re.DOTALL)
+
+
+def check_user_pattern(pattern: str) -> str:
+    """A pattern as typed, or ValueError saying what is wrong with it."""
+    pattern = pattern.strip()
+    if not pattern:
+        raise ValueError("a user pattern is empty")
+    if len(pattern) > 200:
+        raise ValueError("a user pattern is longer than 200 characters")
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in pattern):
+        raise ValueError("a user pattern must not contain control characters")
+    return pattern
 
 
 class DriftCheck(models.Model):
@@ -73,3 +109,8 @@ class DriftCheck(models.Model):
     class Meta:
         # overview and index console: the latest check
         indexes = [models.Index(fields=["-created_at"], name="drift_recent")]
+
+
+def parse_user_patterns(text: str) -> list[str]:
+    """``"acme:*, bob"`` → ``["acme:*", "bob"]`` (sorted, no repeats); ValueError if one is bad."""
+    return sorted({check_user_pattern(item) for item in text.split(",") if item.strip()})

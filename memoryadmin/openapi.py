@@ -28,17 +28,25 @@ def _error_response(description: str, code: str, message: str) -> dict[str, Any]
 
 _ERRORS = {
     "400": _error_response(
-        "Malformed JSON, or a field that is missing or invalid (the message names it)",
+        "Malformed JSON, or a field that is missing or invalid: one short line per problem, each naming "
+        "its place (`messages[2].content[0]: …`). Strict JSON: NaN and ±Infinity are refused wherever they "
+        "are (`messages[0].additional_kwargs.score: NaN is not a JSON number; …`); so are ids with control "
+        "characters. Control characters in message text are removed, not refused.",
         "invalid_field",
-        "user_id: is required",
+        "messages[2].content[0]: Input should be a valid string or a valid dictionary",
     ),
     "401": _error_response("No API key, an unknown key, or a revoked key", "invalid_key", "unknown API key"),
     "403": _error_response(
-        "The key may not act for this agent", "agent_not_allowed", "this key may not act for the agent 'coder'"
+        "The key may not act for this agent (`agent_not_allowed`) or this user (`user_not_allowed`: the "
+        "key is limited to user-id patterns such as `acme:*`)",
+        "user_not_allowed",
+        "this key may not act for the user 'globex:carol'",
     ),
     "405": _error_response("Wrong method", "method_not_allowed", "use POST for this endpoint"),
     "429": _error_response(
-        "The key made more requests this minute than its rate limit allows (see Retry-After)",
+        "The key made more requests this minute than its rate limit allows (`rate_limited`), or this client "
+        "address sent more failed keys than API_AUTH_FAILURE_LIMIT within the window (`too_many_failures`; "
+        "a valid key still passes). See Retry-After.",
         "rate_limited",
         "this key may make 6000 requests a minute",
     ),
@@ -110,7 +118,10 @@ def _turn_operation(summary: str, description: str, operation_id: str) -> dict[s
                 "an erasure of user 'alice' is in progress; nothing of this user is accepted until it ends",
             ),
             "413": _error_response(
-                "The body is larger than API_MAX_BODY_BYTES", "too_large", "the body is larger than 1048576 bytes"
+                "The body is larger than API_MAX_BODY_BYTES (a `Transfer-Encoding: chunked` body is counted "
+                "while it is read)",
+                "too_large",
+                "the body is larger than 1048576 bytes",
             ),
             "429": _ERRORS["429"],
         },
@@ -128,7 +139,8 @@ def spec() -> dict[str, Any]:
                 "Agents post finished turns (extracted later, in the worker), flush messages before "
                 "summarization deletes them, and read their memory back as a budgeted context block or "
                 "through search. Authenticate with `Authorization: Bearer <key>`; keys are issued in the "
-                "dashboard or with `manage.py create_api_key`."
+                "dashboard or with `manage.py create_api_key`; a key can be limited to some agents and to "
+                "some users (patterns like `acme:*`), and every endpoint answers 403 outside them."
             ),
         },
         "servers": [{"url": PREFIX}],
@@ -244,7 +256,7 @@ def spec() -> dict[str, Any]:
                     "type": "string",
                     "minLength": 1,
                     "maxLength": max_id,
-                    "pattern": "^[^/\\\\\\x00-\\x1f\\x7f]+$",
+                    "pattern": "^[^/\\\\\\x00-\\x1f\\x7f-\\x9f]+$",
                     "description": "Any text without '/', '\\\\' or control characters; stored hashed on disk",
                 },
                 "AgentName": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,63}$"},
@@ -256,14 +268,22 @@ def spec() -> dict[str, Any]:
                             "type": "string",
                             "minLength": 1,
                             "maxLength": 200,
+                            "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f]+$",
                             "description": "Send it: ids are how a message is never extracted twice "
-                            "(without one, an id is derived from the content)",
+                            "(without one, an id is derived from the content); no control characters",
                         },
                         "role": {
                             "type": "string",
                             "enum": ["user", "assistant", "system", "developer", "tool", "function", "human", "ai"],
                         },
-                        "content": {"oneOf": [{"type": "string"}, {"type": "array"}]},
+                        "content": {
+                            "oneOf": [
+                                {"type": "string"},
+                                {"type": "array", "items": {"oneOf": [{"type": "string"}, {"type": "object"}]}},
+                            ],
+                            "description": "Control characters other than tab, line feed and carriage return "
+                            "are removed from every string of a message before it is stored",
+                        },
                         "additional_kwargs": {
                             "type": "object",
                             "description": "origin=memory|runtime|upload and hide_from_ui mark messages "

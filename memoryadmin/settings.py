@@ -225,6 +225,10 @@ API_MAX_ID_CHARS = env_int("API_MAX_ID_CHARS", 200)
 API_RATE_LIMIT_PER_MINUTE = env_int("API_RATE_LIMIT_PER_MINUTE", 6000)
 # The per-key counters, shared by every worker process (default: MEMORY_ROOT/.api/).
 API_RATE_LIMIT_DB = env_str("API_RATE_LIMIT_DB", "")
+# Failed API keys from one client address: after this many in the window, further
+# failures answer 429 (valid keys still pass; memoryadmin/api_auth.py says why).
+API_AUTH_FAILURE_LIMIT = env_int("API_AUTH_FAILURE_LIMIT", 20)
+API_AUTH_FAILURE_WINDOW_SECONDS = env_int("API_AUTH_FAILURE_WINDOW_SECONDS", 300)
 # Injection/search counters are buffered and written every N seconds (0: inline).
 API_USAGE_FLUSH_SECONDS = env_float("API_USAGE_FLUSH_SECONDS", 1.0)
 # Django's own request-size guard sits just above the API limit so that the API can

@@ -283,6 +283,7 @@ def api_key_create(request: HttpRequest) -> HttpResponse:
     key, raw = ApiKey.issue(
         form.cleaned_data["name"],
         allowed_agents=form.cleaned_data["allowed_agents"],
+        allowed_users=form.cleaned_data["allowed_users"],
         created_by=request.user.get_username(),
     )
     audit(
@@ -293,6 +294,7 @@ def api_key_create(request: HttpRequest) -> HttpResponse:
         name=key.name,
         prefix=key.prefix,
         allowed_agents=key.allowed_agents,
+        allowed_users=key.allowed_users,
     )
     # Shown once, in this response only: the database keeps the hash.
     response = render(request, "memoryadmin/key_created.html", {"key": key, "raw": raw})

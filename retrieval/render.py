@@ -8,7 +8,7 @@ headers included, and the total never exceeds the budget. Tool mode renders the
 profile only (facts are found through ``memory_search``).
 
 Memory text is data: ``<``, ``>`` and ``&`` are escaped, so a fact can never close the
-``<memory>`` block or open another one.
+``<memory>`` block or open another one, and control characters (NUL …) are dropped.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from django.db import connection
 
 from facts.enums import HISTORY_SECTIONS, USER_SECTIONS, CardStatus
 from facts.models import FactCard, ProfileSection
+from facts.sanitize import strip_controls
 from facts.store import normalize_agent
 
 from . import index
@@ -113,7 +114,9 @@ def limits_for(
 
 
 def escape(text: str) -> str:
-    return html.escape(text, quote=False)
+    # Control characters out too (facts/sanitize.py's rule): turns are cleaned on the way
+    # in, but a card edited by hand or written by an older version may still hold a NUL.
+    return html.escape(strip_controls(text), quote=False)
 
 
 def fact_line(category: str, content: str) -> str:
