@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from django.db import connections
 
 from facts.models import Turn
 from memoryadmin.langchain_memory import (
@@ -44,7 +45,12 @@ class Switchable(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         if not self.up:
             raise httpx.ConnectError("connection refused", request=request)
-        return self.inner.handle_request(request)
+        try:
+            return self.inner.handle_request(request)
+        finally:
+            if threading.current_thread() is not threading.main_thread():
+                # The client's start-up thread: its database connection ends with it.
+                connections.close_all()
 
 
 @pytest.fixture
