@@ -136,12 +136,13 @@ def memory_search_json(
         for hit in hits
     ]
     cap = settings.MEMORY_SEARCH_TOKEN_CAP
+    if visible and count_tokens(json.dumps(visible[:1], ensure_ascii=False)) > cap:
+        # The best hit alone is too long: the answer is that hit, cut (without
+        # recounting the whole list once per dropped result first).
+        return json.dumps([_cut_to_fit(visible[0], cap)], ensure_ascii=False)
     text = json.dumps(visible, ensure_ascii=False)
     while len(visible) > 1 and count_tokens(text) > cap:
         visible.pop()
-        text = json.dumps(visible, ensure_ascii=False)
-    if visible and count_tokens(text) > cap:
-        visible[0] = _cut_to_fit(visible[0], cap)
         text = json.dumps(visible, ensure_ascii=False)
     return text
 
