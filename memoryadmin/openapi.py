@@ -356,6 +356,11 @@ def spec() -> dict[str, Any]:
                                     "category": {"type": "string"},
                                     "confidence": {"type": "number"},
                                     "score": {"type": "number"},
+                                    "truncated": {
+                                        "type": "boolean",
+                                        "description": "present (true) when the content was cut, ending in …, "
+                                        "to keep the answer within the token cap",
+                                    },
                                 },
                             },
                         }

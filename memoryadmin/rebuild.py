@@ -23,12 +23,20 @@ class CheckReport:
     unreadable: list[tuple[str, str]] = field(default_factory=list)
 
     @property
-    def clean(self) -> bool:
+    def in_step(self) -> bool:
+        """No drift: mirror and index hold exactly what the readable files say."""
         return all(d.clean for d in self.parts.values())
+
+    @property
+    def clean(self) -> bool:
+        """In step and every memory file readable: an unreadable card is missing from
+        context and search as surely as a drifted one, so it is never clean."""
+        return self.in_step and not self.unreadable
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "clean": self.clean,
+            "in_step": self.in_step,
             **{name: {k: v for k, v in d.as_dict().items() if k != "unreadable"} for name, d in self.parts.items()},
             "unreadable": [{"path": p, "error": e} for p, e in self.unreadable],
         }
@@ -79,7 +87,7 @@ def check(*, progress: Progress | None = None) -> CheckReport:
     store = get_store()
     snap = mirror.snapshot(store, progress=progress)
     report = _compare(snap)
-    if not report.clean:
+    if not report.in_step:
         # A commit that landed during the scan looks like drift; look again with
         # commits held off for a moment, so only real drift is reported.
         with store.commit_gate(exclusive=True):

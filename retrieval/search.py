@@ -112,8 +112,12 @@ def memory_search_json(
     limit: int = 5,
 ) -> str:
     """The ``memory_search`` tool's answer: a JSON list of ``{id, content, category,
-    confidence, score}``, at most 10 results and at most MEMORY_SEARCH_TOKEN_CAP tokens
-    (results are dropped from the end until it fits)."""
+    confidence, score}``, at most 10 results and at most MEMORY_SEARCH_TOKEN_CAP tokens.
+
+    Results are dropped from the end until the answer fits; when the best hit alone is
+    too long, its content is cut to fit, ends with "…" and the result carries
+    ``"truncated": true``. Hits never come back as an empty answer.
+    """
     hits = search(
         query,
         user_id=user_id,
@@ -121,7 +125,7 @@ def memory_search_json(
         project_id=project_id,
         limit=clamp(limit, 1, TOOL_MAX_LIMIT, 5),
     )
-    visible = [
+    visible: list[dict[str, object]] = [
         {
             "id": hit.id,
             "content": hit.content,
@@ -132,8 +136,44 @@ def memory_search_json(
         for hit in hits
     ]
     cap = settings.MEMORY_SEARCH_TOKEN_CAP
+    if visible and count_tokens(json.dumps(visible[:1], ensure_ascii=False)) > cap:
+        # The best hit alone is too long: the answer is that hit, cut (without
+        # recounting the whole list once per dropped result first).
+        return json.dumps([_cut_to_fit(visible[0], cap)], ensure_ascii=False)
     text = json.dumps(visible, ensure_ascii=False)
-    while visible and count_tokens(text) > cap:
+    while len(visible) > 1 and count_tokens(text) > cap:
         visible.pop()
         text = json.dumps(visible, ensure_ascii=False)
     return text
+
+
+ELLIPSIS = "…"
+
+
+def _cut_to_fit(result: dict[str, object], cap: int) -> dict[str, object]:
+    """`result` with its content cut (at a character) so that ``[result]`` fits `cap`
+    tokens. The id, category and score stay whole: the agent can still name the card.
+    Below the size of a result with no content at all the cap cannot be met; the result
+    then keeps just the ellipsis (an answer slightly over an absurd cap beats none)."""
+    content = str(result["content"])
+
+    def shortened(length: int) -> dict[str, object]:
+        return {**result, "content": content[:length].rstrip() + ELLIPSIS, "truncated": True}
+
+    def fits(length: int) -> bool:
+        return count_tokens(json.dumps([shortened(length)], ensure_ascii=False)) <= cap
+
+    # The longest prefix that fits, by bisection: token counts grow with the prefix
+    # (up to a merge at the cut, which the walk back below settles).
+    # A token of cl100k rarely spans 16 characters: past that bound a prefix would only
+    # save counting time on a huge card, it could not fit anyway.
+    low, high = 0, min(len(content), 16 * max(cap, 1))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle - 1
+    while low > 0 and not fits(low):
+        low -= 1
+    return shortened(low)

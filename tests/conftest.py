@@ -28,6 +28,14 @@ def memory_root(tmp_path: Path, settings: Any) -> Path:
     return root
 
 
+@pytest.fixture(autouse=True)
+def outbox_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`MemoryClient`'s durable outbox in the test's folder, never in the real home."""
+    path = tmp_path / "agent-state" / "outbox.sqlite3"
+    monkeypatch.setenv("MEMORY_OUTBOX_PATH", str(path))
+    return path
+
+
 @pytest.fixture
 def store(memory_root: Path) -> Store:
     return Store(memory_root, lock_timeout=10)

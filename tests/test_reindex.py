@@ -105,7 +105,9 @@ def test_a_broken_card_is_reported_and_skipped(store: Store, make_card) -> None:
     path = store.card_path(broken)
     path.write_text("---\nid: [oops\n---\nnot yaml\n")
     err = StringIO()
-    call_command("reindex", "--no-progress", stdout=StringIO(), stderr=err)
+    with pytest.raises(CommandError) as failed:
+        call_command("reindex", "--no-progress", stdout=StringIO(), stderr=err)
+    assert failed.value.returncode == 2, "the rest is rebuilt, but the broken card is not silent"
     assert str(store.relative(path)) in err.getvalue()
     assert FactCard.objects.filter(id=good.id).exists()
     assert not FactCard.objects.filter(id=broken.id).exists()
@@ -117,5 +119,5 @@ def test_a_card_moved_to_the_wrong_folder_is_reported(store: Store, make_card) -
     text = path.read_text().replace("user_id: alice", "user_id: mallory")
     path.write_text(text)
     code, report = _check()
-    assert code == 1
+    assert code == 2, "an unreadable (misplaced) card outranks the drift it causes"
     assert any("folder" in item["error"] for item in report["unreadable"])

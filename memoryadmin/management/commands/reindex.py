@@ -1,4 +1,10 @@
-"""Rebuild the DB mirror (and the search index) from the memory files, or check drift."""
+"""Rebuild the DB mirror (and the search index) from the memory files, or check drift.
+
+Exit status (both modes): 0 all is well; 1 drift (``--check`` only: mirror or index
+differ from the files); 2 some memory files cannot be read — those cards are missing
+from context and search until a person fixes or removes them, so it outranks drift.
+``reindex`` itself still rebuilds everything readable before exiting 2.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +17,19 @@ from tqdm import tqdm
 
 from memoryadmin import rebuild
 
+EXIT_DRIFT = 1
+EXIT_UNREADABLE = 2
+
 
 class Command(BaseCommand):
     help = "Rebuild mirror and index from the files under MEMORY_ROOT; --check only reports drift."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--check", action="store_true", help="Change nothing; exit 1 when there is drift.")
+        parser.add_argument(
+            "--check",
+            action="store_true",
+            help="Change nothing; exit 1 when there is drift, 2 when a memory file cannot be read.",
+        )
         parser.add_argument("--json", action="store_true", help="Print the report as JSON.")
         parser.add_argument("--no-progress", action="store_true", help="No progress bar.")
 
@@ -37,8 +50,9 @@ class Command(BaseCommand):
             if bar is not None:
                 bar.close()
             self._print_report(report, options["json"])
-            if not report.clean:
-                raise CommandError("drift found between the files and their copies", returncode=1)
+            self._fail_on_unreadable(report.unreadable)
+            if not report.in_step:
+                raise CommandError("drift found between the files and their copies", returncode=EXIT_DRIFT)
             return
         result = rebuild.rebuild(progress=progress, actor="reindex")
         if bar is not None:
@@ -46,13 +60,24 @@ class Command(BaseCommand):
         elapsed = time.monotonic() - started
         if options["json"]:
             self.stdout.write(json.dumps({**result.as_dict(), "seconds": round(elapsed, 3)}))
-            return
-        self.stdout.write(
-            f"Rebuilt from the files in {elapsed:.2f}s: {result.cards} cards, {result.profiles} profiles"
-            + "".join(f", {k} {v}" for k, v in result.extra.items())
-        )
-        for path, problem in result.unreadable:
-            self.stderr.write(f"skipped {path}: {problem}")
+        else:
+            self.stdout.write(
+                f"Rebuilt from the files in {elapsed:.2f}s: {result.cards} cards, {result.profiles} profiles"
+                + "".join(f", {k} {v}" for k, v in result.extra.items())
+            )
+            for path, problem in result.unreadable:
+                self.stderr.write(f"skipped {path}: {problem}")
+        self._fail_on_unreadable(result.unreadable)
+
+    def _fail_on_unreadable(self, unreadable: list[tuple[str, str]]) -> None:
+        if unreadable:
+            count = len(unreadable)
+            raise CommandError(
+                f"{count} memory file{' cannot' if count == 1 else 's cannot'} be read and "
+                f"{'is' if count == 1 else 'are'} missing from context and search (listed above, relative to "
+                "MEMORY_ROOT): fix or remove them, then run `manage.py reindex`",
+                returncode=EXIT_UNREADABLE,
+            )
 
     def _print_report(self, report: rebuild.CheckReport, as_json: bool) -> None:
         if as_json:
