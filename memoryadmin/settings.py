@@ -43,7 +43,8 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 
 VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+# Private: it holds the SQLite database (turns, candidates) and by default MEMORY_ROOT.
+VAR_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
 
 DEBUG = env_bool("DEBUG", True)
 # The default key is for local use only; `doctor` warns when it is used with DEBUG off.
