@@ -263,3 +263,20 @@ def test_pages_carry_a_strict_content_security_policy_that_blocks_injected_code(
     # htmx still works under the policy: the review badge loaded itself
     page.wait_for_function("document.querySelector('#review-badge') !== null")
     csp_violations.clear()  # the expected ones; the page fixture checks that no others came
+
+
+def test_a_locked_out_login_gets_the_app_page_saying_why(page: Any, settings: Any) -> None:
+    settings.AXES_FAILURE_LIMIT = 3  # the same path as the default 10, in fewer steps
+    User.objects.create_user("rita", "", "pw-right")
+    page.goto("/login/")
+    for n in range(3):
+        page.fill("input[name=username]", "rita")
+        page.fill("input[name=password]", f"guess-{n}")
+        page.click("button[type=submit]")
+        page.wait_for_selector("form[action='/login/']")
+    page.fill("input[name=password]", "pw-right")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#login-locked")
+    assert "even with the right password" in page.inner_text("#login-locked")
+    assert page.url.endswith("/login/")
+    shot(page, "21-login-locked-out")
