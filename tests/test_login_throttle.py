@@ -122,3 +122,43 @@ def test_the_admin_login_is_throttled_by_the_same_count(rita: User) -> None:
     _guess(10)
     response = Client().post("/admin/login/", {"username": "rita", "password": PASSWORD})
     assert response.status_code == 429
+
+
+@pytest.mark.slow
+def test_the_count_is_shared_by_every_server_process(proc_env: Any) -> None:
+    """Two `manage.py serve` processes (the production recipe runs one per core behind a
+    proxy), the guesses alternating between them: the 11th attempt is refused by both."""
+    import re
+    import subprocess
+
+    import httpx
+
+    from .helpers_reliability.procs import Env
+    from .test_server_slow_clients import _free_port, _stop_group, _wait_ready
+
+    plain_http = {"SESSION_COOKIE_SECURE": "0", "CSRF_COOKIE_SECURE": "0"}
+    env = Env(dict(proc_env.vars, DEBUG="0", ALLOWED_HOSTS="127.0.0.1", LOG_LEVEL="ERROR", **plain_http), proc_env.root)
+    env.django(f"from django.contrib.auth.models import User; User.objects.create_user('rita', '', {PASSWORD!r})")
+    urls = [f"http://127.0.0.1:{_free_port()}" for _ in range(2)]
+    servers = [
+        env.popen("manage.py", "serve", "--listen", url.removeprefix("http://"), stdout=subprocess.DEVNULL,
+                  stderr=subprocess.DEVNULL, start_new_session=True)
+        for url in urls
+    ]  # fmt: skip
+
+    def attempt(url: str, password: str) -> int:
+        with httpx.Client(base_url=url, timeout=30) as client:
+            token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', client.get("/login/").text)
+            assert token is not None
+            data = {"username": "rita", "password": password, "csrfmiddlewaretoken": token.group(1), "next": "/"}
+            return client.post("/login/", data=data).status_code
+
+    try:
+        for url, server in zip(urls, servers, strict=True):
+            _wait_ready(url, server)
+        statuses = [attempt(urls[n % 2], f"guess-{n}") for n in range(10)]
+        assert statuses == [200] * 9 + [429]
+        assert [attempt(url, PASSWORD) for url in urls] == [429, 429]
+    finally:
+        for server in servers:
+            _stop_group(server)

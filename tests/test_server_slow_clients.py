@@ -47,6 +47,18 @@ def _wait_ready(url: str, server: subprocess.Popen[str], timeout: float = 90) ->
     raise AssertionError("the server did not answer")
 
 
+def _stop_group(server: subprocess.Popen[str]) -> None:
+    """SIGTERM to the server's process group, SIGKILL if it does not exit."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, sig)
+        try:
+            server.wait(timeout=30)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def test_make_run_serves_with_the_command_this_test_starts() -> None:
     run_recipe = (REPO / "Makefile").read_text().split("\nrun:", 1)[1].split("\n\n", 1)[0]
     assert "manage.py serve --listen" in run_recipe
@@ -68,13 +80,7 @@ def test_the_server_keeps_answering_while_slow_clients_hold_connections(proc_env
         result = probe(url, idle=100, half=100, seconds=HOLD_SECONDS, path="/login/", timeout=10)
         still_up = server.poll() is None
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=30)
+        _stop_group(server)
     report_numbers("slow-clients", **{k: v for k, v in result.items() if k != "url"})
     assert still_up, log.read_text()
     assert result["failed"] == [], result
