@@ -94,3 +94,9 @@ def test_doctor_still_warns_about_a_root_someone_opened_to_everyone(fresh_root: 
     save_card(make_card(), actor="t")
     os.chmod(fresh_root, 0o755)
     assert any("can be read by every user" in m for m in _file_findings())
+
+
+def test_doctor_also_looks_at_the_search_index_folder(fresh_root: Path, make_card: Any, open_umask: None) -> None:
+    _use_the_memory(make_card)
+    os.chmod(fresh_root / ".retrieval", 0o755)
+    assert any(".retrieval can be read by every user" in m for m in _file_findings())

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,6 +58,19 @@ def _stop_group(server: subprocess.Popen[str]) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+@pytest.mark.parametrize("proxy", ["", "127.0.0.1"])
+def test_the_server_options_are_valid_waitress_settings(settings: Any, proxy: str) -> None:
+    from waitress.adjustments import Adjustments
+
+    from memoryadmin.management.commands.serve import web_server_options
+
+    settings.WEB_TRUSTED_PROXY = proxy
+    adjustments = Adjustments(**web_server_options())
+    assert adjustments.threads == 8 and adjustments.connection_limit == 1000
+    assert adjustments.max_request_body_size > settings.API_MAX_BODY_BYTES
+    assert adjustments.trusted_proxy == (proxy or None)
 
 
 def test_make_run_serves_with_the_command_this_test_starts() -> None:
