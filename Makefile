@@ -21,13 +21,13 @@ migrate: venv
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 
-# Web server and worker side by side; Ctrl-C stops both.
+# Web server (waitress: README "Web server") and worker side by side; Ctrl-C stops both.
 run: migrate
 	$(PY) manage.py bootstrap
 	@echo "Dashboard: http://$(HOST):$(PORT)/  (worker: manage.py db_worker)"
 	@trap 'kill 0' INT TERM EXIT; \
 	$(PY) manage.py db_worker --interval 1 --no-reload & \
-	$(VENV)/bin/gunicorn memoryadmin.wsgi --bind $(HOST):$(PORT) --workers 2 --threads 4 --access-logfile - & \
+	$(PY) manage.py serve --listen $(HOST):$(PORT) & \
 	wait
 
 worker: migrate

@@ -512,9 +512,17 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+# Memory is personal: what this code creates under MEMORY_ROOT is for its own user only
+# (`doctor` warns about folders other users can read). Modes are given at creation, not
+# chmod-ed afterwards, so there is no moment when a file is open to others; the umask can
+# only take bits away.
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+
+
 def _create_folders(path: Path, parents: list[Path]) -> None:
-    """Create the missing folders of `path`, top down, appending to `parents` each
-    folder that gained an entry (and so still needs an fsync) as soon as it has."""
+    """Create the missing folders of `path` (private), top down, appending to `parents`
+    each folder that gained an entry (and so still needs an fsync) as soon as it has."""
     missing: list[Path] = []
     cursor = path
     while not cursor.exists():
@@ -522,10 +530,25 @@ def _create_folders(path: Path, parents: list[Path]) -> None:
         cursor = cursor.parent
     for folder in reversed(missing):
         try:
-            folder.mkdir()
+            folder.mkdir(mode=PRIVATE_DIR_MODE)
         except FileExistsError:
             continue
         parents.append(folder.parent)
+
+
+def make_private_dirs(path: Path) -> None:
+    """`mkdir -p` whose every new folder is private (`Path.mkdir(parents=True)` and
+    `os.makedirs` give the intermediate folders the default mode)."""
+    _create_folders(Path(path), [])
+
+
+def create_private_file(path: Path) -> None:
+    """Create `path` empty and private unless it exists, e.g. before SQLite opens it
+    (SQLite creates its database, and then its -wal and -shm files, with the database
+    file's mode)."""
+    make_private_dirs(Path(path).parent)
+    with suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_FILE_MODE))
 
 
 def _write_temp(path: Path, data: str) -> str:
@@ -534,7 +557,7 @@ def _write_temp(path: Path, data: str) -> str:
     Plain `os` calls, each releasing the GIL: the write threads hold it as little as
     possible while the calling thread works beside them."""
     tmp = os.path.join(path.parent, f"{TEMP_PREFIX}{secrets.token_hex(8)}{path.suffix}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)  # as mkstemp
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_FILE_MODE)  # as mkstemp
     try:
         try:
             view = memoryview(data.encode("utf-8"))
@@ -763,8 +786,8 @@ class Store:
         threads and nested commits each hold their own share.
         """
         path = self.root / ".locks" / "commit-gate.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        make_private_dirs(path.parent)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE_MODE)
         mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
         try:
             deadline = time.monotonic() + self.lock_timeout
@@ -794,8 +817,8 @@ class Store:
         with _locks_guard:
             lock = _locks.get(key)
             if lock is None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                lock = FileLock(key, thread_local=False)
+                make_private_dirs(path.parent)
+                lock = FileLock(key, thread_local=False, mode=PRIVATE_FILE_MODE)
                 _locks[key] = lock
             return lock
 

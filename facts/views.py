@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.core.cache import cache
@@ -329,7 +328,6 @@ def fact_detail(request: HttpRequest, fact_id: str) -> HttpResponse:
     ctx = {
         "fact": row,
         "scope": scope_label(row),
-        "abs_path": Path(settings.MEMORY_ROOT) / row.path,
         "versions": versions_of(row.id),
         "chain": chain_of(row),
         "usage": usage,

@@ -7,6 +7,7 @@ locally on SQLite with the memory store under ``var/``.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -43,7 +44,8 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 
 VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+# Private: it holds the SQLite database (turns, candidates) and by default MEMORY_ROOT.
+VAR_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
 
 DEBUG = env_bool("DEBUG", True)
 # The default key is for local use only; `doctor` warns when it is used with DEBUG off.
@@ -62,6 +64,8 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "django_tasks",
+    "axes",
+    "csp",
     # Before django_tasks_db: its `db_worker` command is extended by facts' own
     # (the first app listed wins a command name), which sweeps lapsed claims.
     "facts",
@@ -80,6 +84,9 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last, as django-axes requires: it turns a refused login into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "memoryadmin.urls"
@@ -118,6 +125,33 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Login throttling (django-axes): every failed login is a database row, so the count is
+# shared by all the server's processes. Counted per username (an attacker changes
+# addresses more easily than the account they want): after LOGIN_FAILURE_LIMIT failures,
+# each within LOGIN_LOCKOUT_MINUTES of the previous one, that username's logins are
+# refused, the right password included, until LOGIN_LOCKOUT_MINUTES have passed since
+# the last failure. Refused attempts do not extend the lockout, a successful login
+# clears the count, and `manage.py axes_reset_username NAME` lifts a lockout at once.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+LOGIN_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 10)
+LOGIN_LOCKOUT_MINUTES = env_float("LOGIN_LOCKOUT_MINUTES", 15.0)
+AXES_ENABLED = env_bool("LOGIN_THROTTLE", True)
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+AXES_FAILURE_LIMIT = LOGIN_FAILURE_LIMIT
+AXES_COOLOFF_TIME = timedelta(minutes=LOGIN_LOCKOUT_MINUTES)
+AXES_LOCKOUT_PARAMETERS = ["username"]
+AXES_RESET_ON_SUCCESS = True
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_LOCKOUT_CALLABLE = "memoryadmin.views_login.locked_out"
+# axes.W006 asks for the address as a lockout key too. Keyed by username alone, rotating
+# user agents or cookies gains nothing; keyed by address as well, everyone behind one
+# proxy or NAT (or a reverse proxy without forwarded-address setup) would be locked out
+# together by one guesser.
+SILENCED_SYSTEM_CHECKS = ["axes.W006"]
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
@@ -138,6 +172,24 @@ STORAGES = {
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "overview"
 LOGOUT_REDIRECT_URL = "login"
+
+# Content-Security-Policy (django-csp): scripts, styles, images and requests from this
+# origin only; no inline script or style and no eval (htmx is configured for that in
+# base.html), no framing. CSP_REPORT_ONLY=true sends the same policy as report-only.
+_CSP_DIRECTIVES = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": ["'self'"],
+    "img-src": ["'self'", "data:"],
+    "object-src": ["'none'"],
+    "base-uri": ["'none'"],
+    "form-action": ["'self'"],
+    "frame-ancestors": ["'none'"],
+}
+if env_bool("CSP_REPORT_ONLY", False):
+    CONTENT_SECURITY_POLICY_REPORT_ONLY = {"DIRECTIVES": _CSP_DIRECTIVES}
+else:
+    CONTENT_SECURITY_POLICY = {"DIRECTIVES": _CSP_DIRECTIVES}
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_SAMESITE = "Lax"
@@ -162,6 +214,8 @@ LOGGING = {
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
         "jieba": {"level": "WARNING"},
+        # failed logins and lockouts are warnings; its start-up banner is not news
+        "axes": {"level": "WARNING"},
     },
 }
 
@@ -234,6 +288,16 @@ API_USAGE_FLUSH_SECONDS = env_float("API_USAGE_FLUSH_SECONDS", 1.0)
 # Django's own request-size guard sits just above the API limit so that the API can
 # answer oversized bodies with its own JSON 413.
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES * 2
+
+# The web server `manage.py serve` (and so `make run`) starts: waitress, see README
+# "Web server". Idle and half-sent connections cost a socket, not a thread.
+WEB_THREADS = env_int("WEB_THREADS", 8)
+WEB_CONNECTION_LIMIT = env_int("WEB_CONNECTION_LIMIT", 1000)
+# seconds a connection may stay silent (also between a slow client's bytes) before it is closed
+WEB_CHANNEL_TIMEOUT = env_int("WEB_CHANNEL_TIMEOUT", 60)
+WEB_MAX_REQUEST_BODY_BYTES = env_int("WEB_MAX_REQUEST_BODY_BYTES", API_MAX_BODY_BYTES * 4)
+# The reverse proxy's address (e.g. 127.0.0.1) whose X-Forwarded-For/-Proto are believed.
+WEB_TRUSTED_PROXY = env_str("WEB_TRUSTED_PROXY", "")
 
 # First-run administrator, created by `make run` when no user exists.
 ADMIN_USERNAME = env_str("ADMIN_USERNAME", "admin")

@@ -39,7 +39,7 @@ from filelock import FileLock
 
 from facts.enums import CardStatus
 from facts.mirror import Drift, FileSnapshot
-from facts.store import Card, normalize_agent
+from facts.store import PRIVATE_FILE_MODE, Card, create_private_file, make_private_dirs, normalize_agent
 
 from .tokenize import document_terms, quote
 
@@ -219,6 +219,7 @@ _local = threading.local()
 
 
 def _connect(path: Path) -> sqlite3.Connection:
+    create_private_file(path)
     # Autocommit mode: transactions are opened explicitly with BEGIN IMMEDIATE.
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
     conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
@@ -246,6 +247,10 @@ def _schema_ok(conn: sqlite3.Connection) -> bool:
 def _create_schema(conn: sqlite3.Connection) -> None:
     conn.executescript(_SCHEMA)
     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+
+def _rebuild_lock(path: Path) -> FileLock:
+    return FileLock(str(path.parent / "rebuild.lock"), timeout=600, mode=PRIVATE_FILE_MODE)
 
 
 def _remove_files(path: Path) -> None:
@@ -298,7 +303,7 @@ def reset() -> None:
 
 
 def _open_ready(path: Path) -> sqlite3.Connection:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(path.parent)
     if path.exists():
         try:
             conn = _connect(path)
@@ -316,7 +321,7 @@ def _rebuild_from_files(path: Path) -> sqlite3.Connection:
     from facts.mirror import snapshot
     from facts.store import get_store
 
-    with FileLock(str(path.parent / "rebuild.lock"), timeout=600):
+    with _rebuild_lock(path):
         if path.exists():
             try:
                 conn = _connect(path)
@@ -348,7 +353,7 @@ def _retrying(action: Callable[[sqlite3.Connection], object]) -> object:
         log.warning("search index corrupt (%s): rebuilding", exc)
         _close_handle()
         path = index_path()
-        with FileLock(str(path.parent / "rebuild.lock"), timeout=600):
+        with _rebuild_lock(path):
             _remove_files(path)
         return action(connection())
 
@@ -470,9 +475,9 @@ def rebuild_from_snapshot(snap: FileSnapshot, *, progress: Progress | None = Non
     """Make the index equal to the files of `snap` (``manage.py reindex``)."""
     started = time.monotonic()
     path = index_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(path.parent)
     _close_handle()
-    with FileLock(str(path.parent / "rebuild.lock"), timeout=600):
+    with _rebuild_lock(path):
         conn: sqlite3.Connection | None = None
         try:
             conn = _connect(path)

@@ -51,13 +51,39 @@ def browser() -> Iterator[Any]:
         browser.close()
 
 
+# Every page of every journey reports Content-Security-Policy violations to the test: the
+# browser's `securitypolicyviolation` event (relayed by a binding, which the policy does not
+# govern) and its console ("Refused to execute inline script because it violates…").
+CSP_LISTENER = """
+document.addEventListener("securitypolicyviolation", (e) => {
+  window.reportCspViolation(
+    `${e.effectiveDirective} blocked ${e.blockedURI || "inline"} on ${e.documentURI}` +
+    (e.sample ? `: ${e.sample}` : "")
+  );
+});
+"""
+
+
 @pytest.fixture
-def page(browser: Any, live_server: Any) -> Iterator[Any]:
+def csp_violations() -> list[str]:
+    return []
+
+
+@pytest.fixture
+def page(browser: Any, live_server: Any, csp_violations: list[str]) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1280, "height": 900}, base_url=live_server.url)
+    context.expose_function("reportCspViolation", lambda text: csp_violations.append(text))
+    context.add_init_script(CSP_LISTENER)
     page = context.new_page()
+    page.on(
+        "console",
+        lambda message: csp_violations.append(message.text) if "Content Security Policy" in message.text else None,
+    )
     page.set_default_timeout(30_000)
     yield page
+    page.wait_for_timeout(100)  # let the last events arrive
     context.close()
+    assert csp_violations == [], "the dashboard broke its own Content-Security-Policy"
 
 
 def shot(page: Any, name: str) -> None:
@@ -144,7 +170,7 @@ def test_rebuild_the_index_and_watch_it_finish(page: Any, make_card: Any) -> Non
     page.click("text=Rebuild from files")
     page.wait_for_selector("#rebuild-status:text('succeeded')")
     page.wait_for_selector("text=Finished: 3 cards")
-    assert page.get_attribute(".progress", "aria-valuenow") == "100"
+    assert page.get_attribute(".progress", "value") == "100"
     shot(page, "11-rebuild-finished")
 
 
@@ -209,3 +235,48 @@ def test_bulk_dismiss_shows_the_dry_run_first(page: Any, make_candidate: Any) ->
     page.wait_for_selector("text=Dismissed 3 candidate(s).")
     assert "Nothing waits for review" in page.inner_text("#candidate-rows")
     shot(page, "20-bulk-done")
+
+
+def test_pages_carry_a_strict_content_security_policy_that_blocks_injected_code(
+    page: Any, csp_violations: list[str]
+) -> None:
+    login(page)
+    response = page.goto("/review/")
+    policy = response.headers["content-security-policy"]
+    for directive in ("default-src 'self'", "script-src 'self'", "style-src 'self'", "frame-ancestors 'none'"):
+        assert directive in policy
+    assert "unsafe-inline" not in policy and "unsafe-eval" not in policy
+    # what an injection would try: an inline script, an inline handler, a foreign image
+    page.evaluate(
+        """() => {
+        const script = document.createElement("script");
+        script.textContent = "window.injected = true";
+        document.body.append(script);
+        document.body.insertAdjacentHTML("beforeend", '<img src="http://127.0.0.2:9/x.png" onerror="window.injected = true">');
+    }"""
+    )
+    page.wait_for_function("() => true")
+    page.wait_for_timeout(300)
+    assert page.evaluate("window.injected") is None
+    assert any("script-src" in v for v in csp_violations), csp_violations
+    assert any("img-src" in v for v in csp_violations), csp_violations
+    # htmx still works under the policy: the review badge loaded itself
+    page.wait_for_function("document.querySelector('#review-badge') !== null")
+    csp_violations.clear()  # the expected ones; the page fixture checks that no others came
+
+
+def test_a_locked_out_login_gets_the_app_page_saying_why(page: Any, settings: Any) -> None:
+    settings.AXES_FAILURE_LIMIT = 3  # the same path as the default 10, in fewer steps
+    User.objects.create_user("rita", "", "pw-right")
+    page.goto("/login/")
+    for n in range(3):
+        page.fill("input[name=username]", "rita")
+        page.fill("input[name=password]", f"guess-{n}")
+        page.click("button[type=submit]")
+        page.wait_for_selector("form[action='/login/']")
+    page.fill("input[name=password]", "pw-right")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#login-locked")
+    assert "even with the right password" in page.inner_text("#login-locked")
+    assert page.url.endswith("/login/")
+    shot(page, "21-login-locked-out")

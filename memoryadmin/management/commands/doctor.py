@@ -110,7 +110,8 @@ class Doctor:
             self.fail("files", f"MEMORY_ROOT {root} is not writable by this process (uid {os.getuid()})")
             return
         problems = 0
-        for folder in [root, *(root / name for name in ("users", "projects", ".locks"))]:
+        # the search index and the API's counters hold memory text and key ids too
+        for folder in [root, *(root / name for name in ("users", "projects", ".locks", ".retrieval", ".api"))]:
             if not folder.exists():
                 continue
             mode = folder.stat().st_mode
