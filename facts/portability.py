@@ -735,7 +735,8 @@ def _build(kind: Kind, row: dict[str, Any], where: str, people: dict[str, int]) 
                 elif isinstance(value, str):
                     value.encode("utf-8")
                 f.run_validators(value)
-                if f.choices and value not in {c[0] for c in f.flatchoices}:
+                blank_ok = f.blank and value in f.empty_values
+                if f.choices and not blank_ok and value not in {c[0] for c in f.flatchoices}:
                     raise ValidationError(f"{value!r} is not one of the allowed values")
                 if isinstance(value, datetime) and value.tzinfo is None:
                     raise ValidationError("a time without its time zone")

@@ -18,7 +18,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
 
-from facts import portability
+from facts import erasure, portability
 from facts.demo import load_demo
 from facts.models import (
     AuditEvent,
@@ -309,6 +309,30 @@ def test_export_remove_by_hand_import_gives_the_same_cards_profile_and_history(d
     assert run.pk > max(r["id"] for r in _jsonl(members["history/runs.jsonl"]))
     event = AuditEvent.objects.filter(action="import").get()
     assert event.user_id == LI and event.details["restored"]["cards"] == len(mirror_before[0])
+
+
+def test_export_erase_import_gives_the_same_cards_and_profile(demo: Store, tmp_path: Path) -> None:
+    archive = _export(tmp_path)
+    members = _members(archive)
+    files_before = _files(demo.root, LI_DIR)
+    projects_before = _project_files(demo.root, members)
+    mirror_before = _mirror_of(LI)
+    sam_before = _files(demo.root, "users/" + normalize_id(SAM)), _mirror_of(SAM)
+
+    report = erasure.erase(erasure.Scope.of(LI), actor="test")
+    assert report.counts["cards"] and not (demo.root / LI_DIR).exists()
+    assert not FactCard.objects.filter(user_id=LI).exists() and not Turn.objects.filter(user_id=LI).exists()
+    assert not search("中文", user_id=LI, agent_name="coder")
+
+    portability.import_archive(archive, actor="test")
+
+    assert _files(demo.root, LI_DIR) == files_before  # same cards (ids, front matter, body) and memory.json
+    assert _project_files(demo.root, members) == projects_before
+    assert _mirror_of(LI) == mirror_before
+    assert Turn.objects.filter(user_id=LI).count() == len(_jsonl(members["history/turns.jsonl"]))
+    assert (_files(demo.root, "users/" + normalize_id(SAM)), _mirror_of(SAM)) == sam_before
+    call_command("reindex", "--check", stdout=io.StringIO())  # raises CommandError on drift
+    assert search("中文", user_id=LI, agent_name="coder")
 
 
 def test_it_refuses_to_import_where_the_user_already_has_memory(demo: Store, tmp_path: Path) -> None:
