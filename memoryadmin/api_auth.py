@@ -21,6 +21,8 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from facts.store import create_private_file
+
 from .models import ApiKey, hash_key
 
 WINDOW_SECONDS = 60
@@ -116,7 +118,7 @@ def _connection() -> sqlite3.Connection:
     _local.connections = cache
     conn = cache.get(str(path))
     if conn is None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        create_private_file(path)  # its -wal and -shm take its mode: counters stay private
         conn = sqlite3.connect(path, timeout=5, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=OFF")

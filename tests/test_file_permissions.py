@@ -18,6 +18,7 @@ from django.core.management.base import CommandError
 
 from facts.store import Section
 from facts.writer import commit_profile, delete_card, save_card
+from memoryadmin import api_auth
 from retrieval.search import search
 
 pytestmark = pytest.mark.django_db
@@ -63,6 +64,7 @@ def _use_the_memory(make_card: Any) -> None:
     assert [hit.id for hit in search("green tea", user_id="alice", agent_name="coder")] == [card.id]
     delete_card(save_card(make_card(content="Short-lived."), actor="t"), actor="t")
     call_command("reindex", "--no-progress", stdout=StringIO())
+    api_auth.record_failure("127.0.0.1")  # the agents' API counters (rate limit, wrong keys)
 
 
 def test_it_creates_every_memory_folder_0700_and_every_file_0600(
@@ -77,6 +79,7 @@ def test_it_creates_every_memory_folder_0700_and_every_file_0600(
     assert any(name.endswith("memory.json") for name in files)
     assert any(name.startswith(".retrieval/") for name in files)
     assert any(name.startswith(".locks/") for name in files)
+    assert any(name.startswith(".api/") for name in files)
     assert fresh_root.parent.stat().st_mode & 0o077 == 0, "the parent folder the service created is private too"
     assert {name: mode for name, mode in folders.items() if mode != "0o700"} == {}
     assert {name: mode for name, mode in files.items() if mode != "0o600"} == {}
