@@ -9,30 +9,6 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.AlterField(
-            model_name="auditevent",
-            name="action",
-            field=models.CharField(
-                choices=[
-                    ("approve", "Approve"),
-                    ("correct", "Correct"),
-                    ("dismiss", "Dismiss"),
-                    ("expire", "Expire"),
-                    ("restore", "Restore"),
-                    ("review_by", "Review By"),
-                    ("revert", "Revert"),
-                    ("delete", "Delete"),
-                    ("forget_thread", "Forget Thread"),
-                    ("profile_edit", "Profile Edit"),
-                    ("rebuild", "Rebuild"),
-                    ("settings", "Settings"),
-                    ("api_key", "Api Key"),
-                    ("resolve", "Resolve"),
-                    ("erase", "Erase"),
-                ],
-                max_length=32,
-            ),
-        ),
         migrations.CreateModel(
             name="Erasure",
             fields=[

@@ -10,7 +10,7 @@ def earlier_runs_used_the_model(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("facts", "0004_audit_export_import"),
+        ("facts", "0003_erasure"),
     ]
 
     operations = [
