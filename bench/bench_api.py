@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_api.py [--seconds 15] [--concurrency 8] [--workers 2]
 
-Starts gunicorn (2 workers × 4 threads, as `make run`) on a free port against a
+Starts gunicorn (2 workers × 4 threads, the multi-process recipe; `make run` serves with waitress) on a free port against a
 throwaway copy of the 100,000-card corpus (bench/corpus.py): a copy of its database
 and of its search index, in a temporary MEMORY_ROOT whose card folders link to the
 corpus's (read only: no extraction worker runs, so nothing writes cards). Then, each

@@ -8,7 +8,7 @@ then:
 
 1. in-process, per page: the server time of one warm request, its query count and its
    slowest SQL statement (with the plan SQLite chose for it);
-2. over HTTP, gunicorn (2 workers × 4 threads, as `make run`) on a free local port:
+2. over HTTP, gunicorn (2 workers × 4 threads; `make run` serves with waitress) on a free local port:
    p50 / p95 latency per page, each phase bounded by time *and* request count.
 
 Target: p95 ≤ 150 ms per page. Only ever talks to 127.0.0.1.
