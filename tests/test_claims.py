@@ -249,6 +249,9 @@ def test_a_starting_worker_hands_lapsed_claims_back_and_queues_them(settings: An
 
     settings.TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
     monkeypatch.setattr(db_worker.Worker, "run", lambda self: None)  # the queue loop is django-tasks-db's
+    # Its SIGTERM/SIGINT handlers would stay in this process (run() resets them) and be
+    # inherited by later tests' forked children, which then ignore Pool.terminate().
+    monkeypatch.setattr(db_worker.Worker, "configure_signals", lambda self: None)
     turn = _abandoned_turn()
     call_command("db_worker", "--batch", "--no-startup-delay", "--no-reload", "-v", "0", stdout=StringIO())
     turn.refresh_from_db()
