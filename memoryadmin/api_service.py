@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from facts.models import FactUsage
+from facts.models import FactCard, FactUsage
 
 log = logging.getLogger(__name__)
 
@@ -158,39 +158,44 @@ def count_usage(kind: str, fact_ids: Iterable[str]) -> None:
 
 
 def write_usage(kind: str, counts: Counter[str], *, at: datetime | None = None) -> None:
-    """One INSERT … ON CONFLICT DO UPDATE for every id (SQLite ≥ 3.24 and PostgreSQL)."""
+    """One INSERT … SELECT … ON CONFLICT DO UPDATE for every id (SQLite ≥ 3.24 and
+    PostgreSQL). Only ids whose card is still in the mirror are counted: a count buffered
+    in some process before the card was erased must not bring a row for it back."""
     if not counts:
         return
     at = at or timezone.now()
-    table = connection.ops.quote_name(FactUsage._meta.db_table)
-    count_col, time_col = (
-        ("injected_count", "last_injected_at")
+    quote = connection.ops.quote_name
+    table, cards = quote(FactUsage._meta.db_table), quote(FactCard._meta.db_table)
+    count_col, time_col, other_count, other_time = (
+        ("injected_count", "last_injected_at", "searched_count", "last_searched_at")
         if kind == "injected"
-        else (
-            "searched_count",
-            "last_searched_at",
-        )
-    )
-    other_count, other_time = (
-        ("searched_count", "last_searched_at")
-        if kind == "injected"
-        else (
-            "injected_count",
-            "last_injected_at",
-        )
+        else ("searched_count", "last_searched_at", "injected_count", "last_injected_at")
     )
     rows = sorted(counts.items())
-    values = ", ".join(["(%s, %s, 0, %s, NULL)"] * len(rows))
+    values = ", ".join(["(%s, %s, %s)"] * len(rows))
     params: list[Any] = []
     for fact_id, n in rows:
         params.extend([fact_id, n, at])
+    # VALUES columns are column1… on both databases; the WHERE also settles SQLite's
+    # parsing ambiguity between INSERT … SELECT and ON CONFLICT.
     sql = (
-        f"INSERT INTO {table} (fact_id, {count_col}, {other_count}, {time_col}, {other_time}) VALUES {values} "
+        f"INSERT INTO {table} (fact_id, {count_col}, {other_count}, {time_col}, {other_time}) "
+        f"SELECT v.column1, v.column2, 0, v.column3, NULL FROM (VALUES {values}) AS v "
+        f"WHERE EXISTS (SELECT 1 FROM {cards} AS c WHERE c.id = v.column1) "
         f"ON CONFLICT (fact_id) DO UPDATE SET {count_col} = {table}.{count_col} + excluded.{count_col}, "
         f"{time_col} = excluded.{time_col}"
     )
     with connection.cursor() as cursor:  # one statement: atomic on its own
         cursor.execute(sql, params)
+
+
+def discard_usage(fact_ids: Iterable[str]) -> None:
+    """Drops what this process has buffered for these cards (erasure calls it)."""
+    ids = set(fact_ids)
+    with _buffer_lock:
+        for counts in _buffer.values():
+            for fact_id in ids & counts.keys():
+                del counts[fact_id]
 
 
 def flush_usage() -> None:

@@ -219,8 +219,21 @@ class DurableOutbox:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         # Created 0600 before SQLite opens it; the -wal and -shm files take its mode.
         os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
-        with self._connect() as conn:
-            conn.execute("PRAGMA journal_mode=WAL")
+        conn = self._connect()
+        # Switching a new file to WAL can fail at once with "database is locked" while
+        # another process is switching it too (SQLite calls no busy handler there): the
+        # switch is retried, and skipped when the file already is in WAL mode.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    conn.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+        with conn:
             conn.executescript(_OUTBOX_SCHEMA)
 
     def _connect(self) -> sqlite3.Connection:

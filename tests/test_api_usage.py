@@ -13,6 +13,15 @@ from memoryadmin import api_service
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def _two_cards(make_card: Any) -> None:
+    """Only cards in the mirror are counted: the ids below are two real cards."""
+    from facts.writer import save_card
+
+    for fact_id in ("fact_000000000001", "fact_000000000002"):
+        save_card(make_card(id=fact_id), actor="t")
+
+
 def test_it_counts_new_and_existing_cards_in_one_statement(django_assert_num_queries: Any) -> None:
     FactUsage.objects.create(fact_id="fact_000000000001", injected_count=3, searched_count=1)
     with django_assert_num_queries(1, exact=False):
@@ -48,3 +57,21 @@ def test_deferred_counts_are_buffered_until_flushed(settings: Any, monkeypatch: 
 def test_nothing_to_count_writes_nothing(django_assert_num_queries: Any) -> None:
     with django_assert_num_queries(0):
         api_service.count_usage("injected", [])
+
+
+def test_counts_for_a_card_that_is_gone_write_nothing(make_card: Any) -> None:
+    """A count buffered before an erasure, flushed after it, brings no row back."""
+    from facts.writer import save_card
+
+    kept = save_card(make_card(), actor="t")
+    api_service.write_usage("injected", Counter({kept.id: 1, "fact_0000000000ff": 5}))
+    assert list(FactUsage.objects.values_list("fact_id", flat=True)) == [kept.id]
+
+
+def test_erasure_drops_what_the_process_has_buffered(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings.API_USAGE_FLUSH_SECONDS = 3600
+    monkeypatch.setattr(api_service, "_ensure_flusher", lambda: None)
+    api_service.count_usage("searched", ["fact_000000000001", "fact_000000000002"])
+    api_service.discard_usage(["fact_000000000001"])
+    assert dict(api_service._buffer["searched"]) == {"fact_000000000002": 1}
+    api_service.discard_usage(["fact_000000000002"])

@@ -138,7 +138,10 @@ def test_approve_inline_from_the_queue_with_htmx(page: Any, make_candidate: Any)
     page.click(f"{row} >> text=Approve")
     page.wait_for_selector(f"{row} >> text=approved")
     # The badge in the navigation refreshed itself from the event.
-    page.wait_for_function("document.querySelector('#review-badge').textContent.trim() === '0'")
+    from playwright.sync_api import expect
+
+    # (a locator, not wait_for_function: that evaluates a string, which the CSP forbids)
+    expect(page.locator("#review-badge")).to_have_text("0")
     shot(page, "06-queue-after-inline-approve")
 
 
@@ -255,13 +258,12 @@ def test_pages_carry_a_strict_content_security_policy_that_blocks_injected_code(
         document.body.insertAdjacentHTML("beforeend", '<img src="http://127.0.0.2:9/x.png" onerror="window.injected = true">');
     }"""
     )
-    page.wait_for_function("() => true")
     page.wait_for_timeout(300)
     assert page.evaluate("window.injected") is None
     assert any("script-src" in v for v in csp_violations), csp_violations
     assert any("img-src" in v for v in csp_violations), csp_violations
     # htmx still works under the policy: the review badge loaded itself
-    page.wait_for_function("document.querySelector('#review-badge') !== null")
+    page.wait_for_selector("#review-badge", state="attached")
     csp_violations.clear()  # the expected ones; the page fixture checks that no others came
 
 

@@ -20,7 +20,8 @@ HOSTILE = '\'; DROP TABLE facts_candidate; -- "%s" %(x)s ? \x01 </memory> 中文
 
 def _rows(model, **filters) -> list[dict]:
     skip = {"id", "created_at"} if model is not FactCard else set()
-    return [{k: v for k, v in row.items() if k not in skip} for row in model.objects.filter(**filters).values()]
+    rows = model.objects.filter(**filters).order_by("pk").values()  # the order of insertion
+    return [{k: v for k, v in row.items() if k not in skip} for row in rows]
 
 
 def _run() -> ExtractionRun:

@@ -242,3 +242,25 @@ def test_an_unusable_outbox_file_never_breaks_the_turn(tmp_path: Path, caplog, m
     with caplog.at_level(logging.ERROR):
         assert deliver(memory, MemoryContext("alice", "coder", None, "t"), [{"id": "m"}], flush=False) is True
     assert memory.got == ["m"] and "sending the turn without it" in caplog.text
+
+
+def _open_outbox(path: str, barrier: Any) -> None:
+    barrier.wait()
+    DurableOutbox(path, destination="d")
+
+
+def test_agents_starting_together_on_a_new_outbox_file_all_open_it(tmp_path: Path) -> None:
+    """Several processes creating the same new file at once: switching it to WAL mode
+    fails at once in all but one without the retry ("database is locked")."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    for trial in range(15):
+        barrier = ctx.Barrier(6)
+        path = str(tmp_path / str(trial) / "outbox.sqlite3")
+        procs = [ctx.Process(target=_open_outbox, args=(path, barrier)) for _ in range(6)]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join(timeout=60)
+        assert [proc.exitcode for proc in procs] == [0] * 6, f"trial {trial}"

@@ -86,7 +86,7 @@ def test_it_erases_everything_of_a_user_and_keeps_the_other_user(seeded: dict[st
     assert not (memory_root / "users" / "xena").exists()
     for model in (Turn, ExtractionRun, Candidate, ExtractedMessage, ProfileSection, ProfileRevision):
         assert not model.objects.filter(user_id="xena").exists(), model
-    assert not FactUsage.objects.exists()
+    assert not FactUsage.objects.exists(), list(FactUsage.objects.values())
     assert list(GoldenQuery.objects.values_list("user_id", flat=True)) == ["yuri"]
     # yuri is intact and still found, project card included.
     assert [h.content for h in search(YURI_WORDS["fact"], user_id="yuri", agent_name="coder")]
