@@ -5,6 +5,7 @@ WSGI. A Django view does what every agents' endpoint does — bearer key, per-ad
 failure throttle, per-key rate limit, the key's agent and user limits — and then hands
 the request to the SDK's app through a2wsgi's ASGI→WSGI adapter. The identity it
 checked travels in the WSGI environ (a key no HTTP header can produce) to the tools.
+The SDK is imported on the first MCP request, so the dashboard's start does not pay for it.
 
 Who the caller acts for comes from headers, as the JSON API takes it from the body or
 the query: ``X-Memory-User`` (required), ``X-Memory-Agent``, ``X-Memory-Project``.
@@ -22,7 +23,7 @@ import io
 import json
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
@@ -30,7 +31,9 @@ from django.views.decorators.csrf import csrf_exempt
 
 from . import api_auth
 from .api_schemas import BadRequest, clean_agent, clean_id
-from .mcp_server import Identity, build_server
+
+if TYPE_CHECKING:
+    from .mcp_server import Identity
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,8 @@ AUTH_ERROR = -32001
 
 
 def identity_from_environ(ctx: Any) -> Identity:
+    from .mcp_server import Identity
+
     request = ctx.request_context.request
     identity = getattr(request, "scope", {}).get("wsgi_environ", {}).get(ENVIRON_KEY)
     if not isinstance(identity, Identity):
@@ -56,6 +61,8 @@ class _Bridge:
     def __init__(self) -> None:
         from a2wsgi import ASGIMiddleware
         from mcp.server.transport_security import TransportSecuritySettings
+
+        from .mcp_server import build_server
 
         self.server = build_server(identity_from_environ)
         app = self.server.streamable_http_app(
@@ -106,6 +113,8 @@ def _error(status: int, code: str, message: str, **headers: str) -> HttpResponse
 
 
 def _identity(request: HttpRequest, key: Any) -> Identity:
+    from .mcp_server import Identity
+
     user_id = clean_id(USER_HEADER, request.headers.get(USER_HEADER), required=True)
     agent = clean_agent(request.headers.get(AGENT_HEADER))
     project_id = clean_id(PROJECT_HEADER, request.headers.get(PROJECT_HEADER), required=False)
@@ -115,6 +124,11 @@ def _identity(request: HttpRequest, key: Any) -> Identity:
 @csrf_exempt
 def endpoint(request: HttpRequest) -> HttpResponse:
     """The MCP endpoint: authenticate as the JSON API does, then let the SDK answer."""
+    if request.method != "POST":
+        # The spec's answer when a server offers no GET stream. Stateless, the SDK would
+        # open one that never carries anything, and hold a thread for as long as the
+        # client keeps it; there are no sessions to DELETE either.
+        return _error(405, "method_not_allowed", "use POST for this endpoint", Allow="POST")
     try:
         key = api_auth.authenticate(request)
     except api_auth.AuthError as exc:

@@ -372,3 +372,15 @@ def test_the_endpoint_is_not_behind_the_dashboard_login_or_csrf(keys: dict[str, 
     response = post(keys["any"])
     body = response.json()
     assert response.status_code == 200 and body["result"]["serverInfo"]["name"] == "memory"
+
+
+@pytest.mark.parametrize("method", ["get", "delete", "put"])
+def test_only_post_is_served_so_no_stream_holds_a_thread(keys: dict[str, str], method: str) -> None:
+    headers = {
+        "HTTP_AUTHORIZATION": f"Bearer {keys['any']}",
+        "HTTP_X_MEMORY_USER": "alice",
+        "HTTP_ACCEPT": "text/event-stream",
+    }
+    response = getattr(DjangoClient(), method)("/mcp", **headers)
+    assert response.status_code == 405 and response["Allow"] == "POST"
+    assert response.json()["error"]["data"]["code"] == "method_not_allowed"
