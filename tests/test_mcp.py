@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -368,7 +367,7 @@ def test_an_oversized_body_is_refused_before_the_sdk_reads_it(keys: dict[str, st
     assert response.status_code == 413 and response.json()["error"]["data"]["code"] == "too_large"
 
 
-def test_the_endpoint_is_not_behind_the_dashboard_login_or_csrf(keys: dict[str, str], tmp_path: Path) -> None:
+def test_the_endpoint_is_not_behind_the_dashboard_login_or_csrf(keys: dict[str, str]) -> None:
     response = post(keys["any"])
     body = response.json()
     assert response.status_code == 200 and body["result"]["serverInfo"]["name"] == "memory"
