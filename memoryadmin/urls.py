@@ -10,7 +10,8 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include("memoryadmin.api_urls")),
-    path("mcp", mcp_http.endpoint, name="mcp"),
+    # bearer keys, like the API (unnamed: not a dashboard page)
+    path("mcp", mcp_http.endpoint),
     path("", include("facts.urls")),
     path("", include("retrieval.urls")),
     path("", include("memoryadmin.dashboard_urls")),
