@@ -233,3 +233,108 @@ def _flush_loop() -> None:
 
 
 atexit.register(flush_usage)
+
+
+# --- facts of one scope: list and forget (MCP's memory_list / memory_forget) -------
+
+
+class UnknownFact(LookupError):
+    """No such fact in the caller's scope: another user's id answers the same as a
+    made-up one, so an id reveals nothing about memory the caller may not see."""
+
+
+def list_facts(scope: Scope, *, category: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    """The active cards of the user × agent (and of the project when the scope has one),
+    newest first, as the mirror holds them."""
+    from facts.store import normalize_agent
+
+    agent = normalize_agent(scope.agent_name)
+    buckets = FactCard.objects.filter(user_id=scope.user_id, agent_name=agent, project_id="")
+    if scope.project_id:
+        buckets = buckets | FactCard.objects.filter(user_id="", project_id=scope.project_id)
+    rows = buckets.filter(status="active")
+    if category:
+        rows = rows.filter(category=category)
+    return [
+        {
+            "id": row.id,
+            "key": row.key,
+            "category": row.category,
+            "content": row.content,
+            "confidence": row.confidence,
+            "scope": "project" if row.project_id else "user",
+            "updated_at": row.updated_at.isoformat(),
+        }
+        for row in rows.order_by("-updated_at", "id")[: max(1, int(limit))]
+    ]
+
+
+def expire_fact(scope: Scope, fact_id: str, *, actor: str, reason: str) -> dict[str, Any]:
+    """Expire one active card of the user × agent now, through the one write function,
+    and audit it as the dashboard's "expire" does. Never deletes: the card stays
+    browsable and a reviewer can restore it. Project cards are shared by every user of
+    the project, so one user's agent cannot expire them.
+
+    Raises `UnknownFact` for an id outside the scope, `ValueError` for a card that is
+    not active any more."""
+    from facts import writer
+    from facts.enums import CardStatus
+    from facts.models import AuditEvent
+    from facts.store import Bucket, InvalidId, check_fact_id, normalize_agent, now_utc
+
+    try:
+        check_fact_id(fact_id)
+    except InvalidId:
+        raise UnknownFact(fact_id) from None
+    agent = normalize_agent(scope.agent_name)
+    row = FactCard.objects.filter(id=fact_id, user_id=scope.user_id, agent_name=agent, project_id="").first()
+    if row is None:
+        raise UnknownFact(fact_id)
+    if row.status != CardStatus.ACTIVE:
+        raise ValueError(f"{fact_id} is already {row.status}")
+    at = now_utc()
+
+    def change(card: Any) -> Any:
+        return card.model_copy(update={"status": CardStatus.EXPIRED, "expires_at": at})
+
+    card = writer.update_card(
+        Bucket(user_id=row.user_id, agent_name=row.agent_name), row.id, change, actor=actor, reason=reason
+    )
+    AuditEvent.objects.create(
+        actor=actor[:150],
+        action=AuditEvent.Action.EXPIRE,
+        target=row.id,
+        user_id=row.user_id,
+        agent_name=row.agent_name,
+        reason=reason,
+        details={"revision": card.revision, "at": "now"},
+    )
+    return {"id": card.id, "status": str(card.status), "expires_at": at.isoformat(), "revision": card.revision}
+
+
+def turn_outcome(turn_ids: Sequence[int]) -> dict[str, Any]:
+    """Where the extraction of these turns stands: `pending` (or `processing`) until the
+    worker has run, then the gate's verdict on every candidate, with its reasons."""
+    from facts.models import Candidate, Turn
+
+    turns = list(Turn.objects.filter(pk__in=list(turn_ids)).order_by("pk"))
+    statuses = {turn.status for turn in turns}
+    for status in ("failed", "processing", "pending"):
+        if status in statuses:
+            errors = [turn.error for turn in turns if turn.error]
+            return {"status": status, "error": errors[0] if errors else "", "verdicts": []}
+    run_ids = {turn.run_id for turn in turns if turn.run_id}
+    candidates = Candidate.objects.filter(run_id__in=run_ids).order_by("run_id", "position")
+    verdicts = [
+        {
+            "kind": candidate.kind,
+            "key": candidate.key or candidate.section,
+            "content": candidate.content,
+            "verdict": candidate.verdict,
+            "reasons": list(candidate.reasons or []),
+            "review_state": candidate.review_state,
+            "fact_id": candidate.fact_id or None,
+        }
+        for candidate in candidates
+    ]
+    return {"status": "done" if run_ids else ("skipped" if turns else "unknown"), "error": "", "verdicts": verdicts}

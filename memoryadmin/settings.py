@@ -288,6 +288,9 @@ API_USAGE_FLUSH_SECONDS = env_float("API_USAGE_FLUSH_SECONDS", 1.0)
 # Django's own request-size guard sits just above the API limit so that the API can
 # answer oversized bodies with its own JSON 413.
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES * 2
+# MCP (memoryadmin/mcp_server.py): how long memory_remember waits for the worker's
+# verdicts before answering "pending".
+MCP_REMEMBER_WAIT_SECONDS = env_float("MCP_REMEMBER_WAIT_SECONDS", 5.0)
 
 # The web server `manage.py serve` (and so `make run`) starts: waitress, see README
 # "Web server". Idle and half-sent connections cost a socket, not a thread.
