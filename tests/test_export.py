@@ -18,8 +18,9 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
 
-from facts import erasure
 from facts.demo import load_demo
+from facts.erasure.run import erase
+from facts.erasure.scope import Scope
 from facts.models import (
     AuditEvent,
     Candidate,
@@ -322,7 +323,7 @@ def test_export_erase_import_gives_the_same_cards_and_profile(demo: Store, tmp_p
     mirror_before = _mirror_of(LI)
     sam_before = _files(demo.root, "users/" + normalize_id(SAM)), _mirror_of(SAM)
 
-    report = erasure.erase(erasure.Scope.of(LI), actor="test")
+    report = erase(Scope.of(LI), actor="test")
     assert report.counts["cards"] and not (demo.root / LI_DIR).exists()
     assert not FactCard.objects.filter(user_id=LI).exists() and not Turn.objects.filter(user_id=LI).exists()
     assert not search("中文", user_id=LI, agent_name="coder")
