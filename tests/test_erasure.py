@@ -268,7 +268,9 @@ def test_it_removes_queued_worker_tasks_naming_the_user(settings: Any) -> None:
 
 
 def test_it_makes_the_in_process_middleware_drop_a_refused_turn_instead_of_queueing_it(seeded: dict[str, Any]) -> None:
-    from memoryadmin.langchain_memory import LocalMemory, MemoryContext, deliver
+    from memoryadmin.client import LocalMemory
+    from memoryadmin.memory_protocol import MemoryContext
+    from memoryadmin.outbox import deliver
 
     memory = LocalMemory()
     _begin(Scope.of("xena"), "tester")
