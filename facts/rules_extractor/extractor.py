@@ -16,30 +16,30 @@ from typing import Any
 from ..enums import Authority, Category, Durability, Scope
 from ..filtering import Row, is_acknowledgement
 from ..schemas import normalize_key
-from .chinese import _zh_statement
-from .english import _en_statement
-from .keys import ALIASES, PREFERENCE_TOPICS, TOOL_TOPICS, _key, _slug, _topic
+from .chinese import zh_statement
+from .english import en_statement
+from .keys import ALIASES, PREFERENCE_TOPICS, TOOL_TOPICS, key_of, slug_of, topic_of
 from .markers import (
-    _EN_DURABLE,
-    _EN_DURABLE_WORDS,
-    _EN_HEDGE,
-    _EN_HYPOTHETICAL,
-    _EN_IMPERATIVE,
-    _EN_TEMPORARY,
-    _EN_TEMPORARY_PREFIX,
-    _ZH_DURABLE,
-    _ZH_EVENT,
-    _ZH_HEDGE,
-    _ZH_HYPOTHETICAL,
-    _ZH_IMPERATIVE,
-    _ZH_TEMPORARY,
-    _ZH_TEMPORARY_PREFIX,
-    _asks,
-    _is_question,
-    _strip_leads,
+    EN_DURABLE,
+    EN_DURABLE_WORDS,
+    EN_HEDGE,
+    EN_HYPOTHETICAL,
+    EN_IMPERATIVE,
+    EN_TEMPORARY,
+    EN_TEMPORARY_PREFIX,
+    ZH_DURABLE,
+    ZH_EVENT,
+    ZH_HEDGE,
+    ZH_HYPOTHETICAL,
+    ZH_IMPERATIVE,
+    ZH_TEMPORARY,
+    ZH_TEMPORARY_PREFIX,
+    asks,
+    is_question,
+    strip_leads,
 )
-from .statement import HEDGED, LIKELY, SURE, UNSURE, Statement, _en
-from .text import _CLAUSE_BREAK, _SENTENCE_END, _clean, _has_han, _spans
+from .statement import HEDGED, LIKELY, SURE, UNSURE, Statement, en_content
+from .text import CLAUSE_BREAK, SENTENCE_END, clean, has_han, spans
 
 _I = re.IGNORECASE
 
@@ -75,13 +75,13 @@ _ZH_PROJECT = re.compile(
 
 def _project_statement(clause: str) -> Statement | None:
     if _EN_PROJECT.match(clause) or _ZH_PROJECT.match(clause):
-        text = _clean(clause)
-        content = text[0].upper() + text[1:] + ("" if _has_han(text) else ".")
-        topic = _topic(text, TOOL_TOPICS + PREFERENCE_TOPICS)
+        text = clean(clause)
+        content = text[0].upper() + text[1:] + ("" if has_han(text) else ".")
+        topic = topic_of(text, TOOL_TOPICS + PREFERENCE_TOPICS)
         if re.search(r"\b(?:postgres(?:ql)?|mysql|sqlite|mongodb|redis)\b|数据库", text, _I):
             topic = "database"
         subject = re.sub(r"^(?:(?:in|for)\s+)?(?:this|our)\s+\w+\s*,?\s*(?:we\s+)?", "", text, flags=_I)
-        key = normalize_key("project_" + (topic or _slug(subject) or "rule"))
+        key = normalize_key("project_" + (topic or slug_of(subject) or "rule"))
         return Statement(Category.CONTEXT, key[:60], content, LIKELY, scope=Scope.PROJECT)
     return None
 
@@ -107,64 +107,61 @@ def _imperative(clause: str, *, marked: bool) -> Statement | None:
     """A request to the assistant ("reply in English", "用中文回答"). Only worth a candidate
     when a marker says how long it holds (labelled by `_label`), or when it names a known
     preference (then it is unsure: one request is not yet a habit)."""
-    body = _ZH_TEMPORARY_PREFIX.sub("", _EN_TEMPORARY_PREFIX.sub("", clause))
+    body = ZH_TEMPORARY_PREFIX.sub("", EN_TEMPORARY_PREFIX.sub("", clause))
     # after "从现在开始，" a request may open with its subject: "变量名统一用英文"
     subject_first = (
-        marked and bool(re.search(r"请|统一|一律|都用|都要|要用|改用|用", body)) and not _ZH_EVENT.search(body)
+        marked and bool(re.search(r"请|统一|一律|都用|都要|要用|改用|用", body)) and not ZH_EVENT.search(body)
     )
-    if not body or not (_EN_IMPERATIVE.match(body) or _ZH_IMPERATIVE.match(body) or subject_first):
+    if not body or not (EN_IMPERATIVE.match(body) or ZH_IMPERATIVE.match(body) or subject_first):
         return None
     in_clause = bool(
-        _EN_TEMPORARY.search(clause) or _ZH_TEMPORARY.search(clause) or _EN_DURABLE.search(clause)
-        or _ZH_DURABLE.search(clause) or body != clause
+        EN_TEMPORARY.search(clause) or ZH_TEMPORARY.search(clause) or EN_DURABLE.search(clause)
+        or ZH_DURABLE.search(clause) or body != clause
     )  # fmt: skip
-    topic = _topic(body, PREFERENCE_TOPICS)
+    topic = topic_of(body, PREFERENCE_TOPICS)
     if not (marked or in_clause or topic):
         return None
     confidence = SURE if (marked or in_clause) else UNSURE
-    if _has_han(body):
-        content = "用户要求：" + _clean(body).rstrip("吧呀啊").replace("我", "用户")
+    if has_han(body):
+        content = "用户要求：" + clean(body).rstrip("吧呀啊").replace("我", "用户")
     else:
-        content = _en("User's request: {x}.", re.sub(r"^please\s+", "", body, flags=_I))
-    return Statement(Category.PREFERENCE, _key("pref", body), content, confidence)
+        content = en_content("User's request: {x}.", re.sub(r"^please\s+", "", body, flags=_I))
+    return Statement(Category.PREFERENCE, key_of("pref", body), content, confidence)
 
 
 def _analyze(clause: str, *, marked: bool = False) -> Statement | None:
     if not clause:
         return None
-    if _EN_HYPOTHETICAL.match(clause) or _ZH_HYPOTHETICAL.match(clause):
+    if EN_HYPOTHETICAL.match(clause) or ZH_HYPOTHETICAL.match(clause):
         return None
     return (
-        _project_statement(clause)
-        or _en_statement(clause)
-        or _zh_statement(clause)
-        or _imperative(clause, marked=marked)
+        _project_statement(clause) or en_statement(clause) or zh_statement(clause) or _imperative(clause, marked=marked)
     )
 
 
 def _statements(text: str) -> list[_Found]:
     found: list[_Found] = []
-    for s_start, s_end in _spans(text, _SENTENCE_END):
+    for s_start, s_end in spans(text, SENTENCE_END):
         if s_end - s_start > MAX_SENTENCE_CHARS:
             continue  # pasted code, logs, a wall of text: not a statement about the user
         sentence = text[s_start:s_end]
-        question = _is_question(sentence)
+        question = is_question(sentence)
         # hypotheticals and conditions govern the whole sentence
-        lead_free, _, _, _ = _strip_leads(sentence)
-        if _EN_HYPOTHETICAL.match(lead_free) or _ZH_HYPOTHETICAL.match(lead_free):
+        lead_free, _, _, _ = strip_leads(sentence)
+        if EN_HYPOTHETICAL.match(lead_free) or ZH_HYPOTHETICAL.match(lead_free):
             continue
-        clauses = _spans(text, _CLAUSE_BREAK, s_start, s_end)
+        clauses = spans(text, CLAUSE_BREAK, s_start, s_end)
 
         # In "我喜欢用 vim，你有什么插件推荐吗？" only the last clause asks.
-        asking = [question and (i == len(clauses) - 1 or _asks(text[a:b])) for i, (a, b) in enumerate(clauses)]
+        asking = [question and (i == len(clauses) - 1 or asks(text[a:b])) for i, (a, b) in enumerate(clauses)]
         pending_temporary = pending_durable = pending_correction = pending_memory = False
         modifier_start: int | None = None
         index = 0
         while index < len(clauses):
             c_start, c_end = clauses[index]
-            raw = _clean(text[c_start:c_end])
-            body, _, correction, memory = _strip_leads(raw)
-            body = _clean(body)
+            raw = clean(text[c_start:c_end])
+            body, _, correction, memory = strip_leads(raw)
+            body = clean(body)
             statement = _analyze(body, marked=pending_temporary or pending_durable)
             if statement is None:
                 index += 1
@@ -175,10 +172,10 @@ def _statements(text: str) -> list[_Found]:
                         modifier_start = c_start
                     continue
                 # a bare modifier ("From now on", "这次", "以后的话") labels the next clause
-                bare_temp = bool(_EN_TEMPORARY.fullmatch(body) or re.fullmatch(rf"(?:{_ZH_TEMPORARY.pattern})(?:的话)?(?:先)?", body))  # fmt: skip
+                bare_temp = bool(EN_TEMPORARY.fullmatch(body) or re.fullmatch(rf"(?:{ZH_TEMPORARY.pattern})(?:的话)?(?:先)?", body))  # fmt: skip
                 bare_durable = bool(
-                    re.fullmatch(rf"(?:please\s+)?(?:{_EN_DURABLE_WORDS})", body, _I)
-                    or re.fullmatch(rf"(?:{_ZH_DURABLE.pattern})(?:的话)?(?:都|也)?", body)
+                    re.fullmatch(rf"(?:please\s+)?(?:{EN_DURABLE_WORDS})", body, _I)
+                    or re.fullmatch(rf"(?:{ZH_DURABLE.pattern})(?:的话)?(?:都|也)?", body)
                 )
                 if bare_temp or bare_durable or correction:
                     pending_temporary = pending_temporary or bare_temp
@@ -196,23 +193,23 @@ def _statements(text: str) -> list[_Found]:
             nxt = index + 1
             while nxt < len(clauses):
                 n_start, n_end = clauses[nxt]
-                piece = _clean(text[n_start:n_end])
-                piece_body = _clean(_strip_leads(piece)[0])
+                piece = clean(text[n_start:n_end])
+                piece_body = clean(strip_leads(piece)[0])
                 if (
                     not piece
                     or asking[nxt]
                     or is_acknowledgement(piece)
                     or _CONTINUATION_STOP.match(piece)
                     or _analyze(piece_body) is not None
-                    or _EN_TEMPORARY.search(piece)
-                    or _ZH_TEMPORARY.search(piece)
+                    or EN_TEMPORARY.search(piece)
+                    or ZH_TEMPORARY.search(piece)
                 ):
                     break
                 end = n_end
                 nxt += 1
             whole = text[c_start:end]
             if end > c_end:
-                extended = _analyze(_clean(_strip_leads(_clean(whole))[0]))
+                extended = _analyze(clean(strip_leads(clean(whole))[0]))
                 if extended is not None and extended.confidence >= statement.confidence:
                     statement = extended
             span_start = modifier_start if modifier_start is not None else c_start
@@ -245,7 +242,7 @@ def _label(
     memory: bool,
 ) -> Statement | None:
     s = replace(statement)
-    standing = s.standing or durable or bool(_EN_DURABLE.search(span) or _ZH_DURABLE.search(span))
+    standing = s.standing or durable or bool(EN_DURABLE.search(span) or ZH_DURABLE.search(span))
     if question:
         # "Could you always answer in English?" is half a preference: a reviewer decides.
         if not standing or s.authority == Authority.TRANSACTIONAL:
@@ -253,11 +250,11 @@ def _label(
         s.confidence = min(s.confidence, UNSURE)
     # "Always check the return value here": about this code, not about the user
     here = s.scope == Scope.USER and bool(re.search(r"\bhere\b|这里", span, _I))
-    if temporary or here or _EN_TEMPORARY.search(span) or _ZH_TEMPORARY.search(span):
+    if temporary or here or EN_TEMPORARY.search(span) or ZH_TEMPORARY.search(span):
         s.durability = Durability.TEMPORARY
         if s.scope == Scope.USER:
             s.scope = Scope.THREAD
-    if _EN_HEDGE.search(span) or _ZH_HEDGE.search(span):
+    if EN_HEDGE.search(span) or ZH_HEDGE.search(span):
         s.confidence = min(s.confidence, HEDGED)
     if correction and s.category == Category.PREFERENCE and s.authority == Authority.DESCRIPTIVE:
         s.category = Category.CORRECTION

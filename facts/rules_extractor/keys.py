@@ -12,13 +12,13 @@ from collections.abc import Sequence
 
 from ..enums import Category
 from ..schemas import normalize_key
-from .text import _has_han
+from .text import has_han
 
 _I = re.IGNORECASE
 
 # Attributes a statement may name, most specific first. A changed value of the same
 # attribute replaces the card; these also make keys agree across both languages.
-_LANGS = (
+LANGS = (
     r"\b(?:english|chinese|mandarin|cantonese|japanese|korean|french|german|spanish|russian|portuguese|"
     r"italian)\b|中文|英文|英语|汉语|普通话|粤语|日语|日文|韩语|法语|德语|西班牙语|俄语|简体|繁体"
 )
@@ -28,13 +28,13 @@ PREFERENCE_TOPICS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         # bounded gaps: an unbounded .* is quadratic on a long run of "comment comment …"
         (
             "code_comment_language",
-            rf"(?:注释|comments?\b).{{0,80}}?(?:{_LANGS})|(?:{_LANGS}).{{0,80}}?(?:注释|comments?\b)",
+            rf"(?:注释|comments?\b).{{0,80}}?(?:{LANGS})|(?:{LANGS}).{{0,80}}?(?:注释|comments?\b)",
         ),
         (
             "commit_message_language",
-            rf"(?:commit|提交信息|提交说明).{{0,80}}?(?:{_LANGS})|(?:{_LANGS}).{{0,80}}?(?:commit|提交信息)",
+            rf"(?:commit|提交信息|提交说明).{{0,80}}?(?:{LANGS})|(?:{LANGS}).{{0,80}}?(?:commit|提交信息)",
         ),
-        ("response_language", _LANGS),
+        ("response_language", LANGS),
         ("indentation", r"\btabs?\b|\bspaces\b|缩进|制表符"),
         ("type_hints", r"type hints?|type annotations?|类型注解|类型提示|类型标注"),
         ("emoji_usage", r"\bemojis?\b|表情符号|表情包|表情"),
@@ -93,7 +93,7 @@ ZH_ROLE_WORDS = re.compile(
     r"科学家|专家|新手|初学者|小白|负责人|主管|总监|实习生|站长|博主|运营|销售|翻译|数据科学家|算法|前端|"
     r"后端|全栈|DBA|产品|店主|老板|医师|药剂师|记者|摄影师|厨师"
 )
-_ATTRIBUTES: dict[str, tuple[str, str]] = {
+ATTRIBUTES: dict[str, tuple[str, str]] = {
     # what the user calls it → (key, category)
     "name": ("name", Category.CONTEXT),
     "full name": ("name", Category.CONTEXT),
@@ -184,21 +184,21 @@ _EN_STOP = frozenset(
 _ZH_STOP = set("的了和与及就都也很更最比较一些一点请你我们他她它这那个些着过吗呢吧啊呀给把被让要是在不没还")
 
 
-def _slug(text: str) -> str:
+def slug_of(text: str) -> str:
     words = [w for w in re.findall(r"[a-z0-9+#]+", text.lower()) if w not in _EN_STOP]
     han = "".join(ch for ch in text if "\u4e00" <= ch <= "\u9fff" and ch not in _ZH_STOP)
-    if han and (not words or _has_han(text[:8])):
+    if han and (not words or has_han(text[:8])):
         return han[:8]
     return "_".join(words[:4])
 
 
-def _topic(text: str, topics: Sequence[tuple[str, re.Pattern[str]]]) -> str | None:
+def topic_of(text: str, topics: Sequence[tuple[str, re.Pattern[str]]]) -> str | None:
     return next((key for key, pattern in topics if pattern.search(text)), None)
 
 
-def _key(prefix: str, text: str, *, topics: Sequence[tuple[str, re.Pattern[str]]] = PREFERENCE_TOPICS) -> str:
-    topic = _topic(text, topics)
+def key_of(prefix: str, text: str, *, topics: Sequence[tuple[str, re.Pattern[str]]] = PREFERENCE_TOPICS) -> str:
+    topic = topic_of(text, topics)
     if topic:
         return topic
-    slug = _slug(text) or "general"
+    slug = slug_of(text) or "general"
     return normalize_key(f"{prefix}_{slug}")[:60].rstrip("_")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from .text import _clean
+from .text import clean
 
 _I = re.IGNORECASE
 
@@ -40,7 +40,7 @@ _ZH_CORRECTION = re.compile(
 )
 _MEMORY_REQUEST = re.compile(r"^(?:please remember|remember|keep in mind|请记住|记住|记一下|你记住|麻烦记)", _I)
 
-_EN_TEMPORARY = re.compile(
+EN_TEMPORARY = re.compile(
     r"\b(?:this time|just this once|this once|for now|for the moment|at the moment|right now|today|"
     r"tonight|tomorrow|temporarily|"
     r"(?:just )?(?:for|in) (?:this|that) (?:answer|reply|response|question|one|task|conversation|chat|thread|"
@@ -50,34 +50,34 @@ _EN_TEMPORARY = re.compile(
     r"until (?:tomorrow|tonight|the end of (?:the|this) (?:day|week|chat|conversation)))\b",
     _I,
 )
-_ZH_TEMPORARY = re.compile(
+ZH_TEMPORARY = re.compile(
     r"这次|这一次|本次|这回|这一回|今天|今晚|明天|现在先|暂时|临时|先[^，。,]{0,12}吧|这个问题|这道题|"
     r"这段代码|这个函数|这个文件|这一段|这篇|这个回答|这条回复|刚才|这轮|本轮|这会儿|目前先|眼下|这周|本周"
 )
-_EN_DURABLE_WORDS = (
+EN_DURABLE_WORDS = (
     r"always|never|from now on|going forward|in (?:the )?future|from here on(?: out)?|henceforth|"
     r"by default|in general|generally|every time|each time|whenever|all the time|as a rule|"
     r"for all (?:future )?(?:answers|replies|responses|code)|any time|anytime"
 )
-_EN_DURABLE = re.compile(rf"\b(?:{_EN_DURABLE_WORDS})\b", _I)
-_ZH_DURABLE = re.compile(
+EN_DURABLE = re.compile(rf"\b(?:{EN_DURABLE_WORDS})\b", _I)
+ZH_DURABLE = re.compile(
     r"以后|今后|往后|之后都|从现在开始|从现在起|从今以后|从今往后|下次|每次|始终|一直|总是|永远|默认|一律|"
     r"统一|平时|平常|日常|一般|通常|长期|所有的?回答|任何时候"
 )
-_EN_HEDGE = re.compile(
+EN_HEDGE = re.compile(
     r"\b(?:maybe|perhaps|probably|i think|i guess|i suppose|sometimes|occasionally|kind of|sort of|"
     r"might|not sure|possibly|i'm not sure|depends)\b",
     _I,
 )
-_ZH_HEDGE = re.compile(r"可能|也许|大概|好像|似乎|有时候|有时|偶尔|说不定|不一定|看情况|或许|不确定")
-_EN_HYPOTHETICAL = re.compile(
+ZH_HEDGE = re.compile(r"可能|也许|大概|好像|似乎|有时候|有时|偶尔|说不定|不一定|看情况|或许|不确定")
+EN_HYPOTHETICAL = re.compile(
     r"^(?:if|suppose|supposing|imagine|assuming|assume|what if|let's say|say|pretend|in case|unless|"
     r"when i was|back when|i used to|i once|i was|i had|i wonder|i heard|they say|he|she|they|"
     r"my (?:friend|colleague|coworker|co-worker|boss|manager|wife|husband|partner|son|daughter|mom|mother|"
     r"dad|father|brother|sister|teammate|team mate|client|customer|user|kid|kids|cat|dog)s?\b)\b",
     _I,
 )
-_ZH_HYPOTHETICAL = re.compile(
+ZH_HYPOTHETICAL = re.compile(
     r"^(?:如果|假如|要是|假设|万一|比如|例如|以前|之前|过去|小时候|当年|我以前|我之前|我过去|我曾经|曾经|"
     r"我朋友|我同事|我老板|我领导|我老婆|我老公|我妈|我爸|我哥|我姐|我弟|我妹|我儿子|我女儿|我们老师|"
     r"我客户|我的朋友|我的同事|我的老板|他|她|他们|她们|别人|有人)"
@@ -94,7 +94,7 @@ _ZH_QUESTION_WORDS = re.compile(r"吗|呢|么|能不能|可不可以|是不是|�
 _ZH_QUESTION_END = re.compile(r"[吗嘛么呢][\s。.!！~～]*$")
 
 
-def _is_question(sentence: str) -> bool:
+def is_question(sentence: str) -> bool:
     text = sentence.rstrip()
     if text.endswith(("?", "？")):
         return True
@@ -104,12 +104,12 @@ def _is_question(sentence: str) -> bool:
     return bool(_EN_QUESTION_START.match(head))
 
 
-def _asks(clause: str) -> bool:
-    piece = _clean(_strip_leads(_clean(clause))[0])
+def asks(clause: str) -> bool:
+    piece = clean(strip_leads(clean(clause))[0])
     return bool(_EN_QUESTION_START.match(piece) or _ZH_QUESTION_WORDS.search(piece))
 
 
-def _strip_leads(text: str) -> tuple[str, int, bool, bool]:
+def strip_leads(text: str) -> tuple[str, int, bool, bool]:
     """Drop discourse openers; return the rest, how much was dropped, correction?, memory request?"""
     correction = memory = False
     offset = 0
@@ -133,20 +133,20 @@ def _strip_leads(text: str) -> tuple[str, int, bool, bool]:
     return text[offset:], offset, correction, memory
 
 
-_EN_IMPERATIVE = re.compile(
+EN_IMPERATIVE = re.compile(
     r"^(?:please\s+)?(?:answer|reply|respond|write|explain|use|give|show|keep|add|include|avoid|put|format|"
     r"speak|talk|make|be|stop|start|skip|stick to|go with|default to|don't|do not|switch to|translate|"
     r"comment|name|indent|add)\b",
     _I,
 )
-_ZH_IMPERATIVE = re.compile(
+ZH_IMPERATIVE = re.compile(
     r"^(?:请|麻烦|用|给|写|回答|解释|回复|保持|加上|加|不要|别|多用|少用|多|少|先|说|讲|尽量|统一|都用|使用|采用|附上|"
     r"带上|换成|改用|翻译|注释)"
 )
-_EN_TEMPORARY_PREFIX = re.compile(
+EN_TEMPORARY_PREFIX = re.compile(
     r"^(?:just\s+)?(?:this time|this once|just this once|for now|today|right now|tonight)\s*,?\s*", _I
 )
-_ZH_TEMPORARY_PREFIX = re.compile(r"^(?:这次|这一次|本次|这回|今天|今晚|现在|暂时|临时)(?:先|就|请|都|也|麻烦|的话)*")
+ZH_TEMPORARY_PREFIX = re.compile(r"^(?:这次|这一次|本次|这回|今天|今晚|现在|暂时|临时)(?:先|就|请|都|也|麻烦|的话)*")
 
 
-_ZH_EVENT = re.compile(r"会|报错|出错|失败|崩溃|卡住|超时|返回")
+ZH_EVENT = re.compile(r"会|报错|出错|失败|崩溃|卡住|超时|返回")

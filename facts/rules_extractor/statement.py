@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 
 from ..enums import Authority, Durability, Scope
-from .text import _clean
+from .text import clean
 
 _I = re.IGNORECASE
 
@@ -54,7 +54,7 @@ def _third_person(text: str) -> str:
     return text
 
 
-def _third(verb: str) -> str:
+def third_person_verb(verb: str) -> str:
     """'work with' → 'works with'."""
     first, _, rest = verb.partition(" ")
     if first.endswith(("s", "sh", "ch", "x", "o")):
@@ -66,12 +66,12 @@ def _third(verb: str) -> str:
     return f"{first} {rest}".strip()
 
 
-def _en(template: str, x: str) -> str:
-    return template.format(x=_third_person(_clean(x)))
+def en_content(template: str, x: str) -> str:
+    return template.format(x=_third_person(clean(x)))
 
 
-def _zh(text: str) -> str:
+def zh_content(text: str) -> str:
     """'我比较喜欢X' → '用户比较喜欢X' (every 我 of the clause is the user)."""
-    text = _clean(text)
+    text = clean(text)
     text = re.sub(r"^我们", "用户所在团队", text)
     return text.replace("我", "用户") if text.startswith("我") else "用户" + text.replace("我", "用户")

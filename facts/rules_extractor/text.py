@@ -11,12 +11,12 @@ import re
 _I = re.IGNORECASE
 
 # Sentence ends: CJK and ASCII terminators, a period before a space, a line break.
-_SENTENCE_END = re.compile(r"[。！？!?；;]+|\.(?=\s|$)|\n+")
+SENTENCE_END = re.compile(r"[。！？!?；;]+|\.(?=\s|$)|\n+")
 # Clause breaks inside a sentence.
-_CLAUSE_BREAK = re.compile(r"[，,、：:]|\s[—–-]{1,2}\s|\s(?=(?:and|but|so) (?:I|I'm|my|please)\b)")
+CLAUSE_BREAK = re.compile(r"[，,、：:]|\s[—–-]{1,2}\s|\s(?=(?:and|but|so) (?:I|I'm|my|please)\b)")
 
 
-def _spans(text: str, pattern: re.Pattern[str], start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
+def spans(text: str, pattern: re.Pattern[str], start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
     """Non-empty stripped (start, end) pieces of text[start:end] between matches of `pattern`."""
     end = len(text) if end is None else end
     pieces, cursor = [], start
@@ -39,9 +39,9 @@ _TRAILING = " \t\r\n。．.！!？?；;，,、：:…~～—–-\"'“”‘’)
 _LEADING = " \t\r\n，,、：:…~～—–-\"'“”‘’(（"
 
 
-def _clean(text: str) -> str:
+def clean(text: str) -> str:
     return text.strip(_TRAILING).strip(_LEADING).strip(_TRAILING)
 
 
-def _has_han(text: str) -> bool:
+def has_han(text: str) -> bool:
     return any("\u4e00" <= ch <= "\u9fff" for ch in text)
