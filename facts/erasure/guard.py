@@ -17,7 +17,7 @@ from ..models import (
     ExtractionRun,
 )
 from ..store import Card
-from .scope import _scope_of
+from .scope import scope_of
 
 
 class ErasureInProgress(Exception):
@@ -30,14 +30,14 @@ class ErasureInProgress(Exception):
         self.user_id = user_id
 
 
-_bypass: contextvars.ContextVar[bool] = contextvars.ContextVar("erasing", default=False)
+bypass: contextvars.ContextVar[bool] = contextvars.ContextVar("erasing", default=False)
 
 
 def _lock_key(user_id: str) -> int:
     return int.from_bytes(hashlib.sha256(user_id.encode()).digest()[:8], "big", signed=True)
 
 
-def _user_barrier(user_id: str, *, exclusive: bool) -> None:
+def user_barrier(user_id: str, *, exclusive: bool) -> None:
     """Orders turns and erasure markers of one user on PostgreSQL.
 
     A turn takes the user's advisory lock shared before it checks for a marker; the
@@ -63,11 +63,11 @@ def _running(user_ids: Iterable[str]) -> list[Erasure]:
 def refuse_turn(user_id: str, agent_name: str, thread_id: str, project_id: str = "") -> None:
     """Raise `ErasureInProgress` when a running erasure covers this turn. Call it inside
     the transaction that writes the turn's rows (a Turn, a run, its candidates)."""
-    if _bypass.get():
+    if bypass.get():
         return
-    _user_barrier(user_id, exclusive=False)
+    user_barrier(user_id, exclusive=False)
     for marker in _running([user_id]):
-        if _scope_of(marker).covers_turn(agent_name, thread_id, project_id):
+        if scope_of(marker).covers_turn(agent_name, thread_id, project_id):
             raise ErasureInProgress(user_id)
 
 
@@ -76,7 +76,7 @@ def refuse_cards(cards: Sequence[Card]) -> None:
     card of a user being erased is refused (fail closed: any running erasure of the user
     refuses all of the user's new cards; a project card is refused when it came from a
     run of that user)."""
-    if _bypass.get() or not cards or not Erasure.objects.filter(status=Erasure.Status.RUNNING).exists():
+    if bypass.get() or not cards or not Erasure.objects.filter(status=Erasure.Status.RUNNING).exists():
         return
     users = {c.user_id for c in cards if c.user_id is not None}
     markers = _running(users)
@@ -94,12 +94,10 @@ def refuse_runs(runs: Sequence[ExtractionRun]) -> None:
     """The gate asks this under the bucket locks before judging runs: refused when an
     erasure covers a run's thread, or when the run row is gone (an erasure finished
     while the run waited for its model)."""
-    if _bypass.get() or not runs:
+    if bypass.get() or not runs:
         return
     for run in runs:
-        if any(
-            _scope_of(m).covers_turn(run.agent_name, run.thread_id, run.project_id) for m in _running([run.user_id])
-        ):
+        if any(scope_of(m).covers_turn(run.agent_name, run.thread_id, run.project_id) for m in _running([run.user_id])):
             raise ErasureInProgress(run.user_id)
     ids = {run.pk for run in runs}
     if ExtractionRun.objects.filter(pk__in=ids).count() != len(ids):
@@ -108,7 +106,7 @@ def refuse_runs(runs: Sequence[ExtractionRun]) -> None:
 
 def refuse_profile(user_id: str) -> None:
     """The write function asks this under the user's lock before writing memory.json."""
-    if _bypass.get():
+    if bypass.get():
         return
     if Erasure.objects.filter(status=Erasure.Status.RUNNING, user_id=user_id).exists():
         raise ErasureInProgress(user_id)
@@ -116,7 +114,7 @@ def refuse_profile(user_id: str) -> None:
 
 def erasing(user_id: str, agent_name: str, thread_id: str) -> bool:
     """Whether a running erasure covers this thread (the worker claims nothing of it)."""
-    return any(_scope_of(m).covers_turn(agent_name, thread_id) for m in _running([user_id]))
+    return any(scope_of(m).covers_turn(agent_name, thread_id) for m in _running([user_id]))
 
 
 def running_for(user_id: str) -> Erasure | None:

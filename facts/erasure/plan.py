@@ -95,7 +95,7 @@ class Plan:
 def plan(scope: Scope, *, store: Store | None = None) -> Plan:
     """The dry run: everything `erase(scope)` would remove. Reads only."""
     marker = Erasure.objects.filter(status=Erasure.Status.RUNNING, **vars(scope)).order_by("pk").first()
-    return _collect(scope, store or get_store(), known=marker.fact_ids if marker else ())
+    return collect(scope, store or get_store(), known=marker.fact_ids if marker else ())
 
 
 def _scan(folder: Path) -> Iterator[Path]:
@@ -115,7 +115,7 @@ def _read_cards(store: Store, folder: Path, unreadable: list[str]) -> Iterator[C
             unreadable.append(store.relative(path))
 
 
-def _collect(scope: Scope, store: Store, known: Iterable[str] = ()) -> Plan:
+def collect(scope: Scope, store: Store, known: Iterable[str] = ()) -> Plan:
     out = Plan(scope, known=sorted(known))
     runs = ExtractionRun.objects.filter(scope.rows())
     out.runs = list(runs.values_list("pk", flat=True))
@@ -208,7 +208,7 @@ def _collect(scope: Scope, store: Store, known: Iterable[str] = ()) -> Plan:
 CHUNK = 500
 
 
-def _chunks(values: Sequence[Any]) -> Iterator[list[Any]]:
+def chunks(values: Sequence[Any]) -> Iterator[list[Any]]:
     values = list(values)
     for start in range(0, len(values), CHUNK):
         yield values[start : start + CHUNK]
@@ -216,13 +216,13 @@ def _chunks(values: Sequence[Any]) -> Iterator[list[Any]]:
 
 def _values_in(query: QuerySet, field_name: str, values: Sequence[Any], column: str) -> list[Any]:
     out: list[Any] = []
-    for chunk in _chunks(values):
+    for chunk in chunks(values):
         out += query.filter(**{f"{field_name}__in": chunk}).values_list(column, flat=True)
     return out
 
 
-def _delete_in(query: QuerySet, field_name: str, values: Sequence[Any]) -> None:
-    for chunk in _chunks(values):
+def delete_in(query: QuerySet, field_name: str, values: Sequence[Any]) -> None:
+    for chunk in chunks(values):
         query.filter(**{f"{field_name}__in": chunk}).delete()
 
 

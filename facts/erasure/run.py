@@ -31,10 +31,10 @@ from ..models import (
     Turn,
 )
 from ..store import Bucket, Card, Profile, Section, Store, get_store
-from .guard import _bypass, _user_barrier
-from .plan import Plan, _chunks, _collect, _delete_in
+from .guard import bypass, user_barrier
+from .plan import Plan, chunks, collect, delete_in
 from .scope import Scope
-from .scrub import _checkpoint_django_db, scrub_bytes
+from .scrub import checkpoint_django_db, scrub_bytes
 
 # Ids listed per kind in the audit event and the dry run; the counts stay exact.
 MAX_LISTED_IDS = 1000
@@ -65,7 +65,7 @@ def _failpoint(name: str) -> None:
 def _begin(scope: Scope, actor: str) -> tuple[Erasure, bool]:
     """The durable marker: an unfinished erasure of the same scope is resumed."""
     with transaction.atomic():
-        _user_barrier(scope.user_id, exclusive=True)
+        user_barrier(scope.user_id, exclusive=True)
         marker = Erasure.objects.filter(status=Erasure.Status.RUNNING, **vars(scope)).order_by("pk").first()
         if marker is not None:
             return marker, True
@@ -82,7 +82,7 @@ def erase(scope: Scope, *, actor: str, store: Store | None = None) -> Report:
     store = store or get_store()
     marker, resumed = _begin(scope, actor)
     _failpoint("after_marker")
-    token = _bypass.set(True)
+    token = bypass.set(True)
     try:
         found = _erase_memory(scope, store, actor, marker)
         _failpoint("after_files")
@@ -90,7 +90,7 @@ def erase(scope: Scope, *, actor: str, store: Store | None = None) -> Report:
         _failpoint("after_rows")
         _remove_folder(store, scope)
     finally:
-        _bypass.reset(token)
+        bypass.reset(token)
     scrubbed = scrub_bytes(store.root)
     _failpoint("after_bytes")
     marker.refresh_from_db()
@@ -112,7 +112,7 @@ def erase(scope: Scope, *, actor: str, store: Store | None = None) -> Report:
         Erasure.objects.filter(pk=marker.pk).update(
             status=Erasure.Status.DONE, counts=counts, finished_at=timezone.now()
         )
-    _checkpoint_django_db()
+    checkpoint_django_db()
     with contextlib.suppress(Exception):
         from django.core.cache import cache
 
@@ -133,7 +133,7 @@ def _erase_memory(scope: Scope, store: Store, actor: str, marker: Erasure) -> Pl
     while True:
         with store.lock(user_bucket, *project_buckets):
             marker.refresh_from_db()
-            found = _collect(scope, store, known=marker.fact_ids)
+            found = collect(scope, store, known=marker.fact_ids)
             needed = {Bucket(project_id=c.project_id) for c in found.cards if c.user_id is None}
             if not needed <= project_buckets:
                 project_buckets |= needed
@@ -145,7 +145,7 @@ def _erase_memory(scope: Scope, store: Store, actor: str, marker: Erasure) -> Pl
                 _failpoint("during_cards")
             # Rows whose file was already gone (drift, or a previous run killed between
             # the file and its mirror row): mirror, history and index entries.
-            _delete_in(FactCard.objects.all(), "id", found.mirror_only)
+            delete_in(FactCard.objects.all(), "id", found.mirror_only)
             if found.mirror_only:
                 hooks.cards_changed([], [Card.model_construct(id=i) for i in found.mirror_only])
             for rel in found.unreadable:
@@ -192,13 +192,13 @@ def _erase_rows(found: Plan) -> None:
         if connection.vendor == "sqlite":
             with connection.cursor() as cursor:
                 cursor.execute("PRAGMA secure_delete=ON")
-        _delete_in(Candidate.objects.all(), "pk", found.candidates)
-        _delete_in(ExtractedMessage.objects.all(), "pk", found.extracted_messages)
-        _delete_in(Turn.objects.all(), "pk", found.turns)
-        _delete_in(ExtractionRun.objects.all(), "pk", found.runs)
-        _delete_in(FactRevision.objects.all(), "fact_id", ids)
-        _delete_in(FactUsage.objects.all(), "fact_id", ids)
-        _delete_in(FactCard.objects.all(), "id", ids)
+        delete_in(Candidate.objects.all(), "pk", found.candidates)
+        delete_in(ExtractedMessage.objects.all(), "pk", found.extracted_messages)
+        delete_in(Turn.objects.all(), "pk", found.turns)
+        delete_in(ExtractionRun.objects.all(), "pk", found.runs)
+        delete_in(FactRevision.objects.all(), "fact_id", ids)
+        delete_in(FactUsage.objects.all(), "fact_id", ids)
+        delete_in(FactCard.objects.all(), "id", ids)
         from memoryadmin.api_service import discard_usage
 
         # Counts buffered in this process are dropped; any other process's would find no
@@ -208,20 +208,20 @@ def _erase_rows(found: Plan) -> None:
             ProfileSection.objects.filter(user_id=scope.user_id).delete()
             ProfileRevision.objects.filter(user_id=scope.user_id).delete()
         else:
-            _delete_in(ProfileRevision.objects.all(), "pk", found.profile_revisions)
+            delete_in(ProfileRevision.objects.all(), "pk", found.profile_revisions)
         from retrieval.models import GoldenQuery
 
-        _delete_in(GoldenQuery.objects.all(), "pk", found.golden_queries)
+        delete_in(GoldenQuery.objects.all(), "pk", found.golden_queries)
         if found.tasks:
             from django_tasks_db.models import DBTaskResult
 
-            for chunk in _chunks(found.tasks):
+            for chunk in chunks(found.tasks):
                 tasks = DBTaskResult.objects.filter(pk__in=chunk)
                 # A running task's row is saved by its worker when it ends: deleting it
                 # would crash that worker, so its arguments are blanked instead.
                 tasks.filter(status="RUNNING").update(args_kwargs={"args": [], "kwargs": {}, "erased": True})
                 tasks.exclude(status="RUNNING").delete()
-        for chunk in _chunks(found.audit_events):
+        for chunk in chunks(found.audit_events):
             for event in AuditEvent.objects.filter(pk__in=chunk):
                 details = {k: v for k, v in (event.details or {}).items() if k in _AUDIT_ID_KEYS}
                 details["erased"] = True

@@ -60,5 +60,5 @@ class Scope:
         )
 
 
-def _scope_of(marker: Erasure) -> Scope:
+def scope_of(marker: Erasure) -> Scope:
     return Scope(marker.user_id, marker.agent_name, marker.thread_id, marker.project_id)

@@ -101,7 +101,7 @@ def scrub_bytes(root: Path) -> list[dict[str, Any]]:
     return done
 
 
-def _checkpoint_django_db() -> None:
+def checkpoint_django_db() -> None:
     """The audit event and the marker's end were written after the VACUUM: fold them
     into the main file too (they hold ids, no content)."""
     db = _django_sqlite_file()

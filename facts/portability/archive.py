@@ -83,7 +83,7 @@ def _golden_kind() -> Kind | None:
     return Kind("golden_queries", model, people=("created_by",))
 
 
-def _kinds() -> list[Kind]:
+def history_kinds() -> list[Kind]:
     golden = _golden_kind()
     return [*KINDS, golden] if golden else list(KINDS)
 
@@ -92,16 +92,16 @@ def _kinds() -> list[Kind]:
 _IN_CHUNK = 900
 
 
-def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
+def chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), _IN_CHUNK):
         yield items[start : start + _IN_CHUNK]
 
 
-def _sha(data: bytes) -> str:
+def sha256_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _files_under(folder: Path) -> Iterator[Path]:
+def files_under(folder: Path) -> Iterator[Path]:
     """Every file below `folder` in a stable order, without temp files and dot folders."""
     if not folder.is_dir():
         return

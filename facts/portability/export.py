@@ -37,7 +37,7 @@ from ..store import (
     normalize_id,
     parse_card,
 )
-from .archive import FORMAT, FORMAT_VERSION, MANIFEST, README, SUMS, Kind, _chunks, _files_under, _kinds, _sha
+from .archive import FORMAT, FORMAT_VERSION, MANIFEST, README, SUMS, Kind, chunks, files_under, history_kinds, sha256_of
 
 # Error texts can quote credentials (some servers echo the key they refused).
 _SECRETS = re.compile(r"(?i)(bearer\s+)[^\s'\"]+|\b(sk|mem)[-_][A-Za-z0-9_-]{8,}")
@@ -47,7 +47,7 @@ def _user_rows(kind: Kind, user_id: str, fact_ids: Sequence[str]) -> list[models
     """The queries that together give the user's rows of `kind`, in a stable order."""
     manager = kind.model._default_manager
     if kind.model in (FactRevision, FactUsage):
-        return [manager.filter(fact_id__in=chunk).order_by("pk") for chunk in _chunks(sorted(fact_ids))]
+        return [manager.filter(fact_id__in=chunk).order_by("pk") for chunk in chunks(sorted(fact_ids))]
     return [manager.filter(user_id=user_id).order_by("pk")]
 
 
@@ -106,7 +106,7 @@ def _project_card_rows(user_id: str) -> list[tuple[str, str]]:
     """(fact id, project id) of the project cards whose source is one of the user's runs."""
     runs = [str(pk) for pk in ExtractionRun.objects.filter(user_id=user_id).values_list("pk", flat=True)]
     found: list[tuple[str, str]] = []
-    for chunk in _chunks(runs):
+    for chunk in chunks(runs):
         found.extend(
             FactCard.objects.exclude(project_id="").filter(source_run_id__in=chunk).values_list("id", "project_id")
         )
@@ -132,7 +132,7 @@ def _collect_files(store: Store, user_id: str) -> _Collected:
     # through, so the archive is one consistent state of the files.
     with store.lock(*buckets):
         user_dir = store.user_dir(user_id)
-        for path in _files_under(user_dir / "agents"):
+        for path in files_under(user_dir / "agents"):
             rel = store.relative(path)
             data = path.read_bytes()
             out.files[rel], out.kinds[rel] = data, "card"
@@ -187,7 +187,7 @@ def export_user(
         "profile": collected.profile,
     }
     history: dict[str, bytes] = {}
-    for kind in _kinds():
+    for kind in history_kinds():
         rows = [
             _row_of(kind, obj, names)
             for query in _user_rows(kind, user_id, card_ids)
@@ -200,9 +200,11 @@ def export_user(
     files.update(collected.files)
     files.update(history)
     kinds = {README: "readme", **collected.kinds, **{name: "history" for name in history}}
-    entries = {name: {"kind": kinds[name], "bytes": len(data), "sha256": _sha(data)} for name, data in files.items()}
+    entries = {
+        name: {"kind": kinds[name], "bytes": len(data), "sha256": sha256_of(data)} for name, data in files.items()
+    }
     files[SUMS] = "".join(f"{e['sha256']}  {name}\n" for name, e in entries.items()).encode()
-    entries[SUMS] = {"kind": "checksums", "bytes": len(files[SUMS]), "sha256": _sha(files[SUMS])}
+    entries[SUMS] = {"kind": "checksums", "bytes": len(files[SUMS]), "sha256": sha256_of(files[SUMS])}
     manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -272,7 +274,7 @@ def audit_export(actor: str, summary: ExportSummary) -> AuditEvent:
 def export_counts(user_id: str, *, store: Store | None = None) -> dict[str, int]:
     """What an export of `user_id` would hold, counted without reading the files' text."""
     store = store or get_store()
-    cards = sum(1 for _ in _files_under(store.user_dir(user_id) / "agents"))
+    cards = sum(1 for _ in files_under(store.user_dir(user_id) / "agents"))
     projects = _project_card_rows(user_id)
     counts = {
         "cards": cards,
@@ -281,7 +283,7 @@ def export_counts(user_id: str, *, store: Store | None = None) -> dict[str, int]
     }
     fact_ids = list(FactCard.objects.filter(user_id=user_id).values_list("id", flat=True))
     fact_ids += [fact_id for fact_id, _ in projects]
-    for kind in _kinds():
+    for kind in history_kinds():
         counts[kind.name] = sum(query.count() for query in _user_rows(kind, user_id, fact_ids))
     return counts
 

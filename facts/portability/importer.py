@@ -42,7 +42,7 @@ from ..store import (
     parse_card,
     parse_profile,
 )
-from .archive import FORMAT, FORMAT_VERSION, MANIFEST, README, SUMS, Kind, _chunks, _files_under, _kinds, _sha
+from .archive import FORMAT, FORMAT_VERSION, MANIFEST, README, SUMS, Kind, chunks, files_under, history_kinds, sha256_of
 
 # Bounds on what an archive may make the importer read (zip bombs, absurd archives).
 MAX_MEMBERS = 200_000
@@ -166,7 +166,7 @@ def read_archive(source: str | Path | IO[bytes]) -> Archive:
                 data = _read_member(zf, members[name], MAX_MEMBER_BYTES)
             except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
                 raise ImportRefused(f"{name} cannot be read ({exc})") from None
-            if len(data) != entry["bytes"] or _sha(data) != entry["sha256"]:
+            if len(data) != entry["bytes"] or sha256_of(data) != entry["sha256"]:
                 raise ImportRefused(f"{name}: its SHA-256 does not match the manifest (changed or damaged)")
             contents[name] = data
     return _parse(user_id, manifest, contents)
@@ -209,7 +209,7 @@ def _parse(user_id: str, manifest: dict[str, Any], contents: dict[str, bytes]) -
         if name in (README, SUMS):
             continue
         if name.startswith("history/"):
-            if name not in {kind.file for kind in _kinds()}:
+            if name not in {kind.file for kind in history_kinds()}:
                 raise ImportRefused(f"{name}: unknown history file")
             history[name] = data
             continue
@@ -267,7 +267,7 @@ def _parse_history(archive: Archive, history: dict[str, bytes]) -> dict[str, lis
     people = dict(get_user_model()._default_manager.values_list(get_user_model().USERNAME_FIELD, "pk"))
     fact_ids = {card.id for _, card, _ in archive.cards + archive.project_cards}
     out: dict[str, list[models.Model]] = {}
-    for kind in _kinds():
+    for kind in history_kinds():
         if not kind.restore:
             continue
         data = history.get(kind.file, b"")
@@ -345,7 +345,7 @@ def _build(kind: Kind, row: dict[str, Any], where: str, people: dict[str, int]) 
 
 
 def _user_has_memory(store: Store, user_id: str) -> str | None:
-    cards = sum(1 for _ in _files_under(store.user_dir(user_id) / "agents"))
+    cards = sum(1 for _ in files_under(store.user_dir(user_id) / "agents"))
     profile = store.profile_path(user_id).is_file()
     if cards or profile:
         what = f"{cards} card file(s)" + (" and a memory.json" if profile else "")
@@ -377,19 +377,19 @@ def _plan(archive: Archive, store: Store, *, history: bool) -> tuple[list[tuple[
     ids = [card.id for _, card, _ in archive.cards + projects]
     taken = [
         fact_id
-        for chunk in _chunks(ids)
+        for chunk in chunks(ids)
         for fact_id in FactCard.objects.filter(id__in=chunk).values_list("id", flat=True)
     ]
     if taken:
         raise ImportRefused(f"fact id(s) already used here by other cards: {', '.join(taken[:5])}")
     if history:
-        for kind in _kinds():
+        for kind in history_kinds():
             if not kind.keep_ids or kind.natural_key:
                 continue
             pks = [obj.pk for obj in archive.rows.get(kind.name, [])]
             manager = kind.model._default_manager
             clash = [
-                str(pk) for chunk in _chunks(pks) for pk in manager.filter(pk__in=chunk).values_list("pk", flat=True)
+                str(pk) for chunk in chunks(pks) for pk in manager.filter(pk__in=chunk).values_list("pk", flat=True)
             ]
             if clash:
                 raise ImportRefused(
@@ -407,14 +407,14 @@ def _existing_keys(kind: Kind, objs: list[models.Model]) -> set[tuple[Any, ...]]
     manager = kind.model._default_manager
     return {
         tuple(row)
-        for chunk in _chunks(values)
+        for chunk in chunks(values)
         for row in manager.filter(**{f"{first}__in": chunk}).values_list(*kind.natural_key)
     }
 
 
 def _restore_rows(archive: Archive, skipped: dict[str, int]) -> Callable[[], None]:
     def record() -> None:
-        for kind in _kinds():
+        for kind in history_kinds():
             objs = archive.rows.get(kind.name, [])
             if kind.natural_key:
                 existing = _existing_keys(kind, objs)
@@ -428,7 +428,7 @@ def _restore_rows(archive: Archive, skipped: dict[str, int]) -> Callable[[], Non
                 obj.save_base(raw=True, force_insert=True)
         # Rows inserted with their own ids leave PostgreSQL's sequences behind them.
         statements = connection.ops.sequence_reset_sql(
-            no_style(), [k.model for k in _kinds() if k.keep_ids and k.model is not FactUsage]
+            no_style(), [k.model for k in history_kinds() if k.keep_ids and k.model is not FactUsage]
         )
         with connection.cursor() as cursor:
             for sql in statements:
