@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_rules_extractor.py [--repeat 20]
 
-Scores `facts/extract_rules.py` on the labelled snippets in
+Scores `facts/rules_extractor/` on the labelled snippets in
 `tests/data/rules_extractor_eval.jsonl` (written for this project: short Chinese and
 English conversations with the facts a careful person would keep, and negatives that
 must keep nothing: one-off requests, grants to act, questions, the assistant's words,
@@ -39,11 +39,11 @@ def main() -> None:
     import django
 
     django.setup()
-    from facts import extract_rules
+    from facts.rules_extractor import extractor
     from tests.rules_eval import judge, load, rows_of, score
 
     snippets = load()
-    print(f"{len(snippets)} labelled snippets, extractor {extract_rules.NAME}")
+    print(f"{len(snippets)} labelled snippets, extractor {extractor.NAME}")
     groups: list[tuple[str, list]] = [("all", snippets)]
     for split in sorted({s["split"] for s in snippets}):
         groups.append((f"split {split}", [s for s in snippets if s["split"] == split]))
@@ -77,7 +77,7 @@ def main() -> None:
     started = time.perf_counter()
     for _ in range(args.repeat):
         for rows in all_rows:
-            extract_rules.extract_facts(rows)
+            extractor.extract_facts(rows)
     alone = time.perf_counter() - started
     started = time.perf_counter()
     for _ in range(args.repeat):

@@ -52,7 +52,7 @@ def extractor_for(model: BaseChatModel | None) -> str:
 def model_name_for(model: BaseChatModel | None) -> str:
     """The name a run records before it has an answer."""
     if extractor_for(model) == "rules":
-        from .extract_rules import NAME
+        from .rules_extractor.extractor import NAME
 
         return NAME
     return settings.MEMORY_LLM_MODEL
@@ -232,7 +232,7 @@ def extract(
     """Ask the configured extractor for candidates. Raises `ExtractionError` on any failure.
 
     With no `model` handed in and `active_extractor()` = rules, the built-in rules run
-    (`facts.extract_rules`); their output goes through the same per-candidate validation.
+    (`facts.rules_extractor`); their output goes through the same per-candidate validation.
     """
     if extractor_for(model) == "rules":
         return _extract_with_rules(rows, existing_facts)
@@ -278,14 +278,14 @@ def extract(
 
 
 def _extract_with_rules(rows: Sequence[Row], existing_facts: Sequence[Mapping[str, Any]]) -> Extraction:
-    from . import extract_rules
+    from .rules_extractor import extractor
 
-    result = extract_rules.run(rows, existing_facts=existing_facts)
+    result = extractor.run(rows, existing_facts=existing_facts)
     return Extraction(
         arguments=result.arguments,
         parsed=parse_update(result.arguments),
-        model_name=extract_rules.NAME,
+        model_name=extractor.NAME,
         model_ms=result.elapsed_ms,
-        request=[{"role": "rules", "content": extract_rules.NAME}],
+        request=[{"role": "rules", "content": extractor.NAME}],
         extractor="rules",
     )

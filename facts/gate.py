@@ -398,7 +398,7 @@ def apply_runs(
         # Under the locks an erasure holds while it deletes the user's files: a run whose
         # user is being erased, or whose run row an erasure already removed (a model
         # call that outlived the whole erasure), writes nothing.
-        from .erasure import refuse_runs
+        from .erasure.guard import refuse_runs
 
         refuse_runs([run for run, _parsed, _ctx in runs])
         plan = _Plan(store)

@@ -32,7 +32,7 @@ from langchain_core.messages import BaseMessage, message_to_dict, messages_from_
 
 from . import bulk, claims, gate
 from .enums import PROFILE_SECTIONS
-from .erasure import ErasureInProgress, erasing, refuse_turn
+from .erasure.guard import ErasureInProgress, erasing, refuse_turn
 from .extraction import ExtractionError, extract, extractor_for, model_name_for
 from .filtering import Row, filter_messages, has_user_text, text_of, to_message
 from .models import Candidate, ExtractedMessage, ExtractionRun, FactCard, Turn

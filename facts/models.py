@@ -337,7 +337,7 @@ class Erasure(models.Model):
 
     The row is the durable "erasure in progress" marker: while it is `running`, turns
     and memory writes in its scope are refused, and an erasure killed half-way is found
-    and finished by the next run (`facts.erasure.erase`). It names ids, never content.
+    and finished by the next run (`facts.erasure.run.erase`). It names ids, never content.
     """
 
     class Status(models.TextChoices):

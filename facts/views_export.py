@@ -9,9 +9,9 @@ from django.http import FileResponse, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
 
-from . import portability
 from .access import ADMINISTER
 from .forms import UserIdForm
+from .portability import export
 from .views import actor_of
 
 
@@ -29,20 +29,20 @@ def export_user(request: HttpRequest) -> HttpResponse:
         return render(request, "facts/export.html", {"form": form}, status=400)
     user_id = form.cleaned_data["user"]
     if request.method == "GET":
-        counts = portability.export_counts(user_id)
+        counts = export.export_counts(user_id)
         return render(request, "facts/export.html", {"form": form, "user_id": user_id, "counts": counts})
     # A temp file, not memory: a user with years of turns makes a large archive.
     spool = tempfile.TemporaryFile()  # noqa: SIM115 - FileResponse closes it once sent
     try:
-        summary = portability.export_user(user_id, spool)
+        summary = export.export_user(user_id, spool)
     except BaseException:
         spool.close()
         raise
-    portability.audit_export(actor_of(request), summary)
+    export.audit_export(actor_of(request), summary)
     spool.seek(0)
     return FileResponse(
         spool,
         as_attachment=True,
-        filename=portability.default_filename(user_id),
+        filename=export.default_filename(user_id),
         content_type="application/zip",
     )

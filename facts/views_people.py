@@ -19,8 +19,11 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from . import erasure
 from .access import ADMINISTER
+from .erasure.guard import running_for
+from .erasure.plan import plan
+from .erasure.run import Report, erase
+from .erasure.scope import Scope
 from .forms import EraseForm, ForgetThreadForm, PageForm, UserPick
 from .models import FactCard, ProfileSection, Turn
 from .store import InvalidId, LockTimeout
@@ -95,19 +98,19 @@ def person(request: HttpRequest) -> HttpResponse:
             set(Turn.objects.filter(user_id=user_id).exclude(project_id="").values_list("project_id", flat=True))
         ),
         "has_profile": ProfileSection.objects.filter(user_id=user_id).exists(),
-        "running": erasure.running_for(user_id),
+        "running": running_for(user_id),
     }
     return render(request, "facts/person.html", ctx)
 
 
-def _dry_run(scope: erasure.Scope) -> list[tuple[str, int, list[str]]]:
-    found = erasure.plan(scope)
+def _dry_run(scope: Scope) -> list[tuple[str, int, list[str]]]:
+    found = plan(scope)
     return [(kind, len(ids), [str(i) for i in ids[:SHOWN_IDS]]) for kind, ids in found.items().items()]
 
 
-def _erase(request: HttpRequest, scope: erasure.Scope) -> erasure.Report | None:
+def _erase(request: HttpRequest, scope: Scope) -> Report | None:
     try:
-        return erasure.erase(scope, actor=actor_of(request))
+        return erase(scope, actor=actor_of(request))
     except LockTimeout as exc:
         messages.error(request, f"Not finished: {exc}. Nothing new is accepted for this user; run it again.")
         return None
@@ -123,11 +126,11 @@ def person_erase(request: HttpRequest) -> HttpResponse:
     if "user" not in data:
         return redirect("people")
     try:
-        scope = erasure.Scope.of(data.get("user", ""))
+        scope = Scope.of(data.get("user", ""))
     except InvalidId as exc:
         messages.error(request, f"Not a valid user id: {exc}")
         return redirect("people")
-    ctx = {"form": form, "scope": scope, "rows": _dry_run(scope), "running": erasure.running_for(scope.user_id)}
+    ctx = {"form": form, "scope": scope, "rows": _dry_run(scope), "running": running_for(scope.user_id)}
     if request.method == "GET":
         return render(request, "facts/erase.html", ctx)
     if not form.is_valid():
@@ -151,7 +154,7 @@ def forget_thread(request: HttpRequest) -> HttpResponse:
         return render(request, "facts/forget.html", {"form": form, "rows": []}, status=status)
     clean = form.cleaned_data
     try:
-        scope = erasure.Scope.of(clean["user"], clean["agent"], clean["thread"])
+        scope = Scope.of(clean["user"], clean["agent"], clean["thread"])
     except InvalidId as exc:
         form.add_error("user", str(exc))
         return render(request, "facts/forget.html", {"form": form, "rows": []}, status=400)

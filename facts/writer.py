@@ -163,7 +163,7 @@ def commit(
     with store.lock(*{Bucket.of(op.card) for op in ops}), store.commit_gate():
         # A user being erased gets no new card (checked under the locks the erasure
         # takes, so a card either lands before the erasure reads the folder or not at all).
-        from .erasure import refuse_cards
+        from .erasure.guard import refuse_cards
 
         refuse_cards([op.card for op in ops if isinstance(op, Put)])
         # Every revision is checked before the first file is written: a conflict on the
@@ -354,7 +354,7 @@ def commit_profile(
     store = store or get_store()
     bucket = Bucket(user_id=user_id, agent_name=None)
     with store.lock(bucket), store.commit_gate():
-        from .erasure import refuse_profile
+        from .erasure.guard import refuse_profile
 
         refuse_profile(user_id)
         current = store.read_profile(user_id)

@@ -167,7 +167,8 @@ def _scenario(result: DemoResult) -> None:
     from facts import mirror
     from facts.ingestion import run_turns_now
     from facts.store import get_store
-    from memoryadmin.langchain_memory import LocalMemory, MemoryContext
+    from memoryadmin.client import LocalMemory
+    from memoryadmin.memory_protocol import MemoryContext
     from retrieval import index
     from retrieval.models import AgentSettings
 

@@ -58,11 +58,12 @@ def rows_of(snippet: dict[str, Any]) -> list[Any]:
 
 def judge(snippet: dict[str, Any], *, threshold: float = 0.7) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(every candidate, the accepted ones) of one snippet."""
-    from facts import extract_rules, gate
+    from facts import gate
+    from facts.rules_extractor import extractor
     from facts.schemas import parse_update
 
     rows = rows_of(snippet)
-    facts = extract_rules.extract_facts(rows)
+    facts = extractor.extract_facts(rows)
     accepted = []
     for fact, parsed in zip(facts, parse_update({"facts": facts}), strict=True):
         assert parsed.valid, (snippet["id"], parsed.error)

@@ -23,7 +23,9 @@ from facts.models import AuditEvent, Turn
 from facts.writer import save_card
 from memoryadmin import api_auth
 from memoryadmin.api_schemas import CHUNK_BYTES
-from memoryadmin.langchain_memory import LocalMemory, MemoryContext, MemoryRejected, to_wire
+from memoryadmin.client import LocalMemory
+from memoryadmin.langchain_memory import to_wire
+from memoryadmin.memory_protocol import MemoryContext, MemoryRejected
 from memoryadmin.models import ApiKey
 from retrieval.render import render_context
 from tests.factories import fact_candidate

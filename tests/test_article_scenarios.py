@@ -16,12 +16,9 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from facts.models import Candidate, ExtractedMessage, ExtractionRun, FactCard
-from memoryadmin.langchain_memory import (
-    LocalMemory,
-    LongTermMemoryMiddleware,
-    MemoryContext,
-    MemoryFlushingSummarization,
-)
+from memoryadmin.client import LocalMemory
+from memoryadmin.langchain_memory import LongTermMemoryMiddleware, MemoryFlushingSummarization
+from memoryadmin.memory_protocol import MemoryContext
 from tests.test_middleware_fakes import ReplayExtractor, ScriptedChatModel, fact
 
 pytestmark = pytest.mark.django_db

@@ -19,15 +19,10 @@ import pytest
 from django.db import connections
 
 from facts.models import Turn
-from memoryadmin.langchain_memory import (
-    DurableOutbox,
-    MemoryClient,
-    MemoryContext,
-    MemoryUnavailable,
-    default_outbox_path,
-    deliver,
-)
+from memoryadmin.client import MemoryClient
+from memoryadmin.memory_protocol import MemoryContext, MemoryUnavailable
 from memoryadmin.models import ApiKey
+from memoryadmin.outbox import DurableOutbox, default_outbox_path, deliver
 from tests.test_middleware_fakes import DjangoTransport
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("memoryadmin.api_root_urls")]

@@ -12,8 +12,11 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
-from facts import erasure, writer
-from facts.erasure import ErasureInProgress, Scope
+from facts import writer
+from facts.erasure.guard import ErasureInProgress
+from facts.erasure.plan import plan
+from facts.erasure.run import _begin, erase
+from facts.erasure.scope import Scope
 from facts.ingestion import process_thread, record_turn, run_turns_now
 from facts.models import (
     AuditEvent,
@@ -77,7 +80,7 @@ def files_text(root: Path) -> str:
 def test_it_erases_everything_of_a_user_and_keeps_the_other_user(seeded: dict[str, Any], memory_root: Path) -> None:
     assert FactCard.objects.filter(user_id="", content__contains=XENA_WORDS["thread1_project"]).exists()
 
-    report = erasure.erase(Scope.of("xena"), actor="tester")
+    report = erase(Scope.of("xena"), actor="tester")
 
     assert report.counts["cards"] == 2 and report.counts["project_cards"] == 1 and report.counts["turns"] == 2
     text = db_text() + files_text(memory_root)
@@ -96,7 +99,7 @@ def test_it_erases_everything_of_a_user_and_keeps_the_other_user(seeded: dict[st
 
 
 def test_it_erases_one_conversation_and_nothing_else_of_the_user(seeded: dict[str, Any], memory_root: Path) -> None:
-    erasure.erase(Scope.of("xena", "coder", "x-t1"), actor="tester")
+    erase(Scope.of("xena", "coder", "x-t1"), actor="tester")
 
     text = db_text() + files_text(memory_root)
     for name in ("thread1_fact", "thread1_rejected", "thread1_assistant", "thread1_summary", "thread1_project"):
@@ -132,7 +135,7 @@ def test_it_erases_with_yes_and_prints_counts(seeded: dict[str, Any]) -> None:
 
 
 def test_it_audits_ids_and_counts_never_content(seeded: dict[str, Any]) -> None:
-    erasure.erase(Scope.of("xena"), actor="tester")
+    erase(Scope.of("xena"), actor="tester")
 
     event = AuditEvent.objects.get(action=AuditEvent.Action.ERASE)
     assert event.actor == "tester" and event.user_id == "xena"
@@ -149,7 +152,7 @@ def test_it_audits_ids_and_counts_never_content(seeded: dict[str, Any]) -> None:
 def test_it_refuses_a_turn_arriving_during_an_erasure_and_the_rerun_finishes(
     seeded: dict[str, Any], make_card: Any
 ) -> None:
-    marker, _ = erasure._begin(Scope.of("xena"), "killed")  # an erasure killed right after it began
+    marker, _ = _begin(Scope.of("xena"), "killed")  # an erasure killed right after it began
 
     with pytest.raises(ErasureInProgress):
         record_turn(user_id="xena", agent_name="coder", thread_id="x-t9", messages=[{"role": "user", "content": "hi"}])
@@ -162,7 +165,7 @@ def test_it_refuses_a_turn_arriving_during_an_erasure_and_the_rerun_finishes(
     # Other users are not held up.
     record_turn(user_id="yuri", agent_name="coder", thread_id="y-t2", messages=[{"role": "user", "content": "hello"}])
 
-    report = erasure.erase(Scope.of("xena"), actor="tester")
+    report = erase(Scope.of("xena"), actor="tester")
 
     assert report.resumed and report.erasure_id == marker.pk
     assert Erasure.objects.get().status == Erasure.Status.DONE
@@ -173,18 +176,18 @@ def test_it_refuses_a_turn_arriving_during_an_erasure_and_the_rerun_finishes(
 def test_it_lets_the_worker_claim_nothing_of_a_user_being_erased(seeded: dict[str, Any], settings: Any) -> None:
     settings.MEMORY_DEBOUNCE_SECONDS = 60  # recorded, not processed yet: the worker comes later
     record_turn(user_id="xena", agent_name="coder", thread_id="x-t5", messages=[{"role": "user", "content": "x"}])
-    erasure._begin(Scope.of("xena"), "tester")
+    _begin(Scope.of("xena"), "tester")
 
     outcome = process_thread("xena", "coder", "x-t5", force=True)
 
     assert outcome.status == "idle"
     assert Turn.objects.get(thread_id="x-t5").status == Turn.Status.PENDING
-    erasure.erase(Scope.of("xena"), actor="tester")
+    erase(Scope.of("xena"), actor="tester")
     assert not Turn.objects.filter(user_id="xena").exists()
 
 
 def test_it_refuses_only_that_threads_turns_during_a_thread_erasure(seeded: dict[str, Any]) -> None:
-    erasure._begin(Scope.of("xena", "coder", "x-t1"), "tester")
+    _begin(Scope.of("xena", "coder", "x-t1"), "tester")
     with pytest.raises(ErasureInProgress):
         record_turn(user_id="xena", agent_name="coder", thread_id="x-t1", messages=[{"role": "user", "content": "a"}])
     record_turn(user_id="xena", agent_name="coder", thread_id="x-t2", messages=[{"role": "user", "content": "b"}])
@@ -195,7 +198,7 @@ def test_it_answers_409_to_an_api_turn_of_a_user_being_erased(seeded: dict[str, 
 
     _key, raw = ApiKey.issue("agent")
     client = Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    erasure._begin(Scope.of("xena"), "tester")
+    _begin(Scope.of("xena"), "tester")
     body = {"user_id": "xena", "agent_name": "coder", "thread_id": "t", "messages": [{"role": "user", "content": "x"}]}
 
     response = client.post("/api/v1/turns", body, content_type="application/json")
@@ -206,9 +209,9 @@ def test_it_answers_409_to_an_api_turn_of_a_user_being_erased(seeded: dict[str, 
 
 
 def test_it_finds_nothing_when_a_finished_erasure_is_rerun(seeded: dict[str, Any]) -> None:
-    erasure.erase(Scope.of("xena"), actor="tester")
-    assert erasure.plan(Scope.of("xena")).empty
-    report = erasure.erase(Scope.of("xena"), actor="tester")
+    erase(Scope.of("xena"), actor="tester")
+    assert plan(Scope.of("xena")).empty
+    report = erase(Scope.of("xena"), actor="tester")
     assert not any(report.counts.values())
 
 
@@ -216,7 +219,7 @@ def test_it_erases_cards_whose_file_is_already_gone(seeded: dict[str, Any], memo
     row = FactCard.objects.get(id=seeded["tea"])
     (memory_root / row.path).unlink()  # killed between the file and its mirror row
 
-    erasure.erase(Scope.of("xena"), actor="tester")
+    erase(Scope.of("xena"), actor="tester")
 
     assert not FactCard.objects.filter(id=row.id).exists()
     assert rebuild.check().clean
@@ -226,14 +229,14 @@ def test_it_keeps_the_other_agents_when_narrowed_to_one(memory_root: Path) -> No
     for agent in ("coder", "writer"):
         run_turns_now(**{**turns()[1], "agent_name": agent})
 
-    erasure.erase(Scope.of("xena", "writer"), actor="tester")
+    erase(Scope.of("xena", "writer"), actor="tester")
 
     assert list(FactCard.objects.values_list("agent_name", flat=True)) == ["coder"]
     assert not (get_store().user_dir("xena") / "agents" / "writer").exists()
 
 
 def test_it_erases_what_came_from_one_projects_turns(seeded: dict[str, Any], memory_root: Path) -> None:
-    erasure.erase(Scope.of("xena", project_id="p1"), actor="tester")
+    erase(Scope.of("xena", project_id="p1"), actor="tester")
 
     assert not Turn.objects.filter(user_id="xena", project_id="p1").exists()
     assert XENA_WORDS["thread1_project"] not in db_text() + files_text(memory_root)
@@ -259,16 +262,18 @@ def test_it_removes_queued_worker_tasks_naming_the_user(settings: Any) -> None:
         record_turn(user_id=user, agent_name="coder", thread_id="t", messages=[{"role": "user", "content": "hi"}])
     assert DBTaskResult.objects.count() == 2
 
-    erasure.erase(Scope.of("xena"), actor="tester")
+    erase(Scope.of("xena"), actor="tester")
 
     assert [r.args_kwargs["args"][0] for r in DBTaskResult.objects.all()] == ["yuri"]
 
 
 def test_it_makes_the_in_process_middleware_drop_a_refused_turn_instead_of_queueing_it(seeded: dict[str, Any]) -> None:
-    from memoryadmin.langchain_memory import LocalMemory, MemoryContext, deliver
+    from memoryadmin.client import LocalMemory
+    from memoryadmin.memory_protocol import MemoryContext
+    from memoryadmin.outbox import deliver
 
     memory = LocalMemory()
-    erasure._begin(Scope.of("xena"), "tester")
+    _begin(Scope.of("xena"), "tester")
     ctx = MemoryContext(user_id="xena", agent_name="coder", project_id=None, thread_id="t")
 
     assert deliver(memory, ctx, [{"role": "user", "content": "late", "id": "m"}], flush=False) is False
@@ -280,7 +285,7 @@ def test_it_lets_a_model_call_that_outlives_the_whole_erasure_write_nothing(memo
     from facts.ingestion import _start
 
     started = _start(**turns()[1], project_id="")  # the run is recorded, the model has answered ...
-    erasure.erase(Scope.of("xena"), actor="tester")  # ... and the erasure runs to its end meanwhile
+    erase(Scope.of("xena"), actor="tester")  # ... and the erasure runs to its end meanwhile
 
     with pytest.raises(ErasureInProgress):
         gate.apply_runs([(started.run, started.parsed, started.ctx)])
@@ -293,7 +298,7 @@ def test_it_erases_more_cards_than_one_statement_takes(make_card: Any, memory_ro
     cards = [make_card(user_id="xena", content=f"Card number {n} of many.") for n in range(1203)]
     writer.commit([writer.Put(c) for c in cards], actor="seed")
 
-    report = erasure.erase(Scope.of("xena"), actor="tester")
+    report = erase(Scope.of("xena"), actor="tester")
 
     assert report.counts["cards"] == 1203 and report.counts["card_revisions"] == 1203
     assert not FactCard.objects.exists() and not FactRevision.objects.exists()

@@ -18,8 +18,9 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
 
-from facts import erasure, portability
 from facts.demo import load_demo
+from facts.erasure.run import erase
+from facts.erasure.scope import Scope
 from facts.models import (
     AuditEvent,
     Candidate,
@@ -32,6 +33,9 @@ from facts.models import (
     ProfileSection,
     Turn,
 )
+from facts.portability import importer
+from facts.portability.archive import FORMAT
+from facts.portability.export import export_user
 from facts.store import Store, normalize_id
 from retrieval.models import GoldenQuery
 from retrieval.search import search
@@ -71,7 +75,7 @@ def demo(store: Store) -> Store:
 
 def _export(tmp_path: Path, user_id: str = LI) -> Path:
     out = tmp_path / "export.zip"
-    portability.export_user(user_id, out)
+    export_user(user_id, out)
     return out
 
 
@@ -180,7 +184,7 @@ def test_it_puts_each_kind_in_the_archive_byte_identical_and_readable_with_zipfi
 ) -> None:
     members = _members(_export(tmp_path))
     manifest = json.loads(members["manifest.json"])
-    assert manifest["format"] == portability.FORMAT and manifest["format_version"] == 1
+    assert manifest["format"] == FORMAT and manifest["format_version"] == 1
     assert manifest["user_id"] == LI and manifest["created_at"].endswith("Z")
     assert "README.txt" in members and LI in members["README.txt"].decode()
 
@@ -282,7 +286,7 @@ def test_export_remove_by_hand_import_gives_the_same_cards_profile_and_history(d
 
     _remove_by_hand(demo.root, LI, members)
     assert not search("中文", user_id=LI, agent_name="coder")
-    summary = portability.import_archive(archive, actor="test")
+    summary = importer.import_archive(archive, actor="test")
 
     assert summary.restored["cards"] == len(mirror_before[0])
     assert _files(demo.root, LI_DIR) == files_before  # same ids, front matter, content: same bytes
@@ -319,12 +323,12 @@ def test_export_erase_import_gives_the_same_cards_and_profile(demo: Store, tmp_p
     mirror_before = _mirror_of(LI)
     sam_before = _files(demo.root, "users/" + normalize_id(SAM)), _mirror_of(SAM)
 
-    report = erasure.erase(erasure.Scope.of(LI), actor="test")
+    report = erase(Scope.of(LI), actor="test")
     assert report.counts["cards"] and not (demo.root / LI_DIR).exists()
     assert not FactCard.objects.filter(user_id=LI).exists() and not Turn.objects.filter(user_id=LI).exists()
     assert not search("中文", user_id=LI, agent_name="coder")
 
-    portability.import_archive(archive, actor="test")
+    importer.import_archive(archive, actor="test")
 
     assert _files(demo.root, LI_DIR) == files_before  # same cards (ids, front matter, body) and memory.json
     assert _project_files(demo.root, members) == projects_before
@@ -355,8 +359,8 @@ def test_a_check_only_import_reports_and_changes_nothing(demo: Store, tmp_path: 
 
 def _refused(archive: Path, root: Path, match: str) -> None:
     before = _state(root)
-    with pytest.raises(portability.ImportRefused, match=match):
-        portability.import_archive(archive, actor="test")
+    with pytest.raises(importer.ImportRefused, match=match):
+        importer.import_archive(archive, actor="test")
     assert _state(root) == before
 
 
@@ -447,9 +451,9 @@ def test_it_bounds_what_an_archive_may_unpack_to(
     emptied: tuple[Path, dict[str, bytes]], store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     archive, _ = emptied
-    monkeypatch.setattr(portability, "MAX_TOTAL_BYTES", 10_000)
+    monkeypatch.setattr(importer, "MAX_TOTAL_BYTES", 10_000)
     _refused(archive, store.root, "more than 10000 bytes")
-    monkeypatch.setattr(portability, "MAX_MEMBERS", 3)
+    monkeypatch.setattr(importer, "MAX_MEMBERS", 3)
     _refused(archive, store.root, "at most 3 are accepted")
 
 
@@ -478,7 +482,7 @@ def test_it_refuses_when_the_archives_run_ids_are_taken_and_can_skip_history(
     first = _jsonl(members["history/runs.jsonl"])[0]["id"]
     ExtractionRun.objects.create(id=first, user_id="someone-else", agent_name="coder")
     _refused(archive, store.root, "runs id")
-    summary = portability.import_archive(archive, actor="test", history=False)
+    summary = importer.import_archive(archive, actor="test", history=False)
     assert summary.restored["cards"] == FactCard.objects.filter(user_id=LI).count() > 0
     assert not Candidate.objects.filter(user_id=LI).exists()
     call_command("reindex", "--check", stdout=io.StringIO())

@@ -1,5 +1,5 @@
 """The built-in rule extractor: what it keeps, what it must never keep, and how it is
-chosen when no model server is configured (facts/extract_rules.py)."""
+chosen when no model server is configured (facts/rules_extractor/)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from facts import extract_rules
 from facts.extraction import ExtractionError, active_extractor, extract
 from facts.ingestion import record_turn, run_turns_now
 from facts.models import Candidate, ExtractionRun, FactCard
+from facts.rules_extractor import extractor
 from retrieval.render import render_context
 from tests.factories import fact_candidate
 from tests.openai_stub import OpenAIStub
@@ -36,7 +36,7 @@ def no_model(settings: Any) -> None:
 
 
 def facts_of(text: str, *, role: str = "user") -> list[dict[str, Any]]:
-    return extract_rules.extract_facts([{"id": "u1", "role": role, "content": text}])
+    return extractor.extract_facts([{"id": "u1", "role": role, "content": text}])
 
 
 def only(text: str) -> dict[str, Any]:
@@ -86,12 +86,12 @@ def test_on_the_demo_conversations_it_keeps_only_what_their_labels_keep() -> Non
             if p.kind == "fact" and p.valid and not gate.judge_fact(p.value, rows, project_id=project_id, threshold=0.7)
         }
 
-    demo = Path(extract_rules.__file__).parent / "demo_data" / "demo.jsonl"
+    demo = Path(extractor.__file__).parent.parent / "demo_data" / "demo.jsonl"
     found = labelled = 0
     for line in demo.read_text(encoding="utf-8").splitlines():
         turn = json.loads(line)
         rows, project = filter_messages(turn["messages"]), turn.get("project_id") or None
-        mine = accepted({"facts": extract_rules.extract_facts(rows)}, rows, project)
+        mine = accepted({"facts": extractor.extract_facts(rows)}, rows, project)
         theirs = accepted(turn["model_output"], rows, project)
         assert mine <= theirs, (mine - theirs, rows)
         found, labelled = found + len(mine), labelled + len(theirs)
@@ -165,9 +165,7 @@ def test_a_correction_keeps_the_key_of_what_it_corrects() -> None:
 
 def test_a_key_an_earlier_llm_run_used_is_reused() -> None:
     rows = [{"id": "u1", "role": "user", "content": "From now on, answer in English."}]
-    [fact] = extract_rules.extract_facts(
-        rows, existing_facts=[{"id": "f", "key": "preferred_language", "content": "x"}]
-    )
+    [fact] = extractor.extract_facts(rows, existing_facts=[{"id": "f", "key": "preferred_language", "content": "x"}])
     assert fact["key"] == "preferred_language"
 
 
@@ -199,7 +197,7 @@ def test_a_huge_message_is_read_quickly_and_yields_a_bounded_number_of_facts() -
         started = time.perf_counter()
         facts = facts_of(text[:100_000])
         assert time.perf_counter() - started < 5
-        assert len(facts) <= extract_rules.MAX_FACTS_PER_MESSAGE
+        assert len(facts) <= extractor.MAX_FACTS_PER_MESSAGE
 
 
 # --- choosing the extractor ----------------------------------------------------------------------
@@ -208,7 +206,7 @@ def test_a_huge_message_is_read_quickly_and_yields_a_bounded_number_of_facts() -
 def test_without_a_model_server_the_rules_are_active(no_model: None) -> None:
     assert active_extractor() == "rules"
     result = extract([{"id": "u1", "role": "user", "content": "I prefer concise answers."}])
-    assert result.extractor == "rules" and result.model_name == extract_rules.NAME
+    assert result.extractor == "rules" and result.model_name == extractor.NAME
     [parsed] = result.parsed
     assert parsed.valid and parsed.value.key == "response_length"
 
@@ -237,7 +235,7 @@ def user_turn(text: str, uid: str = "u1") -> list[dict[str, Any]]:
 def test_a_turn_posted_with_no_model_becomes_memory_and_the_run_says_rules(no_model: None) -> None:
     record_turn(**THREAD, messages=user_turn("我主要做 Python 后端开发，平时请用中文解释技术问题。"), flush=True)
     run = ExtractionRun.objects.get()
-    assert (run.status, run.extractor, run.model_name) == ("succeeded", "rules", extract_rules.NAME)
+    assert (run.status, run.extractor, run.model_name) == ("succeeded", "rules", extractor.NAME)
     keys = set(FactCard.objects.filter(status="active").values_list("key", flat=True))
     assert keys == {"primary_stack", "response_language"}
     text = render_context(user_id="alice", agent_name="coder").text
@@ -292,7 +290,7 @@ def test_with_a_model_configured_the_model_is_called_as_before(openai_stub: Open
 def test_a_greeting_only_turn_is_skipped_and_still_says_which_extractor(no_model: None) -> None:
     run_turns_now(**THREAD, messages=user_turn("你好"))
     run = ExtractionRun.objects.get()
-    assert (run.status, run.extractor, run.model_name) == ("skipped", "rules", extract_rules.NAME)
+    assert (run.status, run.extractor, run.model_name) == ("skipped", "rules", extractor.NAME)
 
 
 @pytest.mark.django_db

@@ -10,14 +10,9 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from memoryadmin.langchain_memory import (
-    LongTermMemoryMiddleware,
-    MemoryClient,
-    MemoryContext,
-    MemoryFlushingSummarization,
-    MemoryUnavailable,
-    make_memory_search_tool,
-)
+from memoryadmin.client import MemoryClient
+from memoryadmin.langchain_memory import LongTermMemoryMiddleware, MemoryFlushingSummarization, make_memory_search_tool
+from memoryadmin.memory_protocol import MemoryContext, MemoryUnavailable
 from tests.test_middleware_fakes import RecordingMemory, ScriptedChatModel
 
 ALICE = MemoryContext(user_id="alice", agent_name="coder")

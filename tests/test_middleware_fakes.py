@@ -16,7 +16,8 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict, Field
 
-from memoryadmin.langchain_memory import MemoryContext, Outbox
+from memoryadmin.memory_protocol import MemoryContext
+from memoryadmin.outbox import Outbox
 
 Reply = AIMessage | str | Callable[[list[BaseMessage]], AIMessage | str]
 

@@ -11,13 +11,9 @@ from langchain_core.messages import HumanMessage
 from facts.models import FactUsage
 from facts.store import Section
 from facts.writer import commit_profile, save_card
-from memoryadmin.langchain_memory import (
-    LocalMemory,
-    LongTermMemoryMiddleware,
-    MemoryClient,
-    MemoryContext,
-    MemoryRejected,
-)
+from memoryadmin.client import LocalMemory, MemoryClient
+from memoryadmin.langchain_memory import LongTermMemoryMiddleware
+from memoryadmin.memory_protocol import MemoryContext, MemoryRejected
 from memoryadmin.models import ApiKey
 from tests.test_middleware_fakes import DjangoTransport, ScriptedChatModel
 

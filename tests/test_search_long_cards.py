@@ -18,7 +18,9 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from facts.writer import save_card
-from memoryadmin.langchain_memory import LocalMemory, LongTermMemoryMiddleware, MemoryContext
+from memoryadmin.client import LocalMemory
+from memoryadmin.langchain_memory import LongTermMemoryMiddleware
+from memoryadmin.memory_protocol import MemoryContext
 from memoryadmin.models import ApiKey
 from retrieval.search import memory_search_json
 from retrieval.tokens import count_tokens

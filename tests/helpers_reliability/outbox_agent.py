@@ -15,7 +15,9 @@ import json
 import sys
 import time
 
-from memoryadmin.langchain_memory import MemoryClient, MemoryContext, deliver
+from memoryadmin.client import MemoryClient
+from memoryadmin.memory_protocol import MemoryContext
+from memoryadmin.outbox import deliver
 
 
 def queue(url: str, key: str, thread: str, count: int) -> None:

@@ -8,7 +8,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from facts import erasure
+from facts.erasure.guard import running_for
+from facts.erasure.plan import Plan, plan
+from facts.erasure.run import erase
+from facts.erasure.scope import Scope
 from facts.store import InvalidId
 
 SHOWN_IDS = 20
@@ -31,14 +34,14 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            scope = erasure.Scope.of(options["user"], options["agent"], options["thread"], options["project"])
+            scope = Scope.of(options["user"], options["agent"], options["thread"], options["project"])
         except InvalidId as exc:
             raise CommandError(str(exc)) from None
-        found = erasure.plan(scope)
+        found = plan(scope)
         if not options["yes"]:
             self._show(found, dry_run=True, as_json=options["json"])
             return
-        report = erasure.erase(scope, actor=f"manage.py ({getpass.getuser()})")
+        report = erase(scope, actor=f"manage.py ({getpass.getuser()})")
         if options["json"]:
             self.stdout.write(
                 json.dumps({"erasure_id": report.erasure_id, "counts": report.counts, "bytes": report.bytes})
@@ -53,12 +56,12 @@ class Command(BaseCommand):
         for item in report.bytes:
             self.stdout.write(f"  scrubbed {item['file']}: {item}")
 
-    def _show(self, found: erasure.Plan, *, dry_run: bool, as_json: bool) -> None:
+    def _show(self, found: Plan, *, dry_run: bool, as_json: bool) -> None:
         items = found.items()
         if as_json:
             self.stdout.write(json.dumps({"dry_run": dry_run, "counts": found.counts(), "ids": items}))
             return
-        running = erasure.running_for(found.scope.user_id)
+        running = running_for(found.scope.user_id)
         if running is not None:
             self.stdout.write(f"An erasure of this user is unfinished (#{running.pk}): run with --yes to finish it.")
         self.stdout.write(f"Dry run: erasing {_label(found.scope)} would remove (nothing changed):")
@@ -68,5 +71,5 @@ class Command(BaseCommand):
         self.stdout.write("Run again with --yes to erase.")
 
 
-def _label(scope: erasure.Scope) -> str:
+def _label(scope: Scope) -> str:
     return " ".join(f"{k}={v!r}" for k, v in scope.as_dict().items())

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from facts import portability
+from facts.portability import export
 from facts.store import InvalidId
 
 
@@ -25,17 +25,17 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         user_id = options["user"]
         try:
-            out = Path(options["out"] or portability.default_filename(user_id))
+            out = Path(options["out"] or export.default_filename(user_id))
         except InvalidId as exc:
             raise CommandError(str(exc)) from None
         if out.is_dir():
             raise CommandError(f"{out} is a folder; give a file name")
         try:
-            summary = portability.export_user(user_id, out, overwrite=options["force"])
+            summary = export.export_user(user_id, out, overwrite=options["force"])
         except FileExistsError:
             raise CommandError(f"{out} exists; use --force to replace it") from None
         except OSError as exc:
             raise CommandError(f"cannot write {out}: {exc.strerror or exc}") from None
-        portability.audit_export("manage.py export", summary)
+        export.audit_export("manage.py export", summary)
         counts = ", ".join(f"{name} {n}" for name, n in summary.counts.items())
         self.stdout.write(f"Wrote {out} ({summary.bytes} bytes): {counts}")

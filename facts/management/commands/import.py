@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from facts import portability
+from facts.portability import importer
 from facts.store import StoreError
 
 
@@ -27,13 +27,13 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            summary = portability.import_archive(
+            summary = importer.import_archive(
                 options["file"],
                 actor="manage.py import",
                 history=not options["skip_history"],
                 check_only=options["check"],
             )
-        except portability.ImportRefused as exc:
+        except importer.ImportRefused as exc:
             raise CommandError(f"Refused, nothing changed: {exc}") from None
         except StoreError as exc:
             # Only after every check passed: something changed here in the meantime (a

@@ -1,0 +1,115 @@
+"""The byte pass: deleted rows leave their text in SQLite files (free pages, the slack
+inside pages, FTS5 segments, WAL frames) until this merges, vacuums and checkpoints
+every SQLite file under MEMORY_ROOT and Django's own SQLite database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from django.db import connection
+
+log = logging.getLogger(__name__)
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def sqlite_files(root: Path) -> list[Path]:
+    """Every SQLite database file under `root` (their -wal/-shm go with them)."""
+    found = []
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            path = Path(dirpath) / name
+            if name.endswith(("-wal", "-shm", "-journal")):
+                continue
+            try:
+                with open(path, "rb") as handle:
+                    if handle.read(16) == _SQLITE_MAGIC:
+                        found.append(path)
+            except OSError:
+                continue
+    return sorted(found)
+
+
+def scrub_sqlite(path: Path, *, timeout: float = 30.0) -> dict[str, Any]:
+    """Leave no deleted byte in one SQLite file: merge every FTS5 table's segments (a
+    deleted term stays in old segments until merged), VACUUM with secure_delete (free
+    pages and the slack inside pages keep deleted rows), then checkpoint the WAL and
+    truncate it (its frames keep old page images)."""
+    started = time.monotonic()
+    conn = sqlite3.connect(path, timeout=timeout, isolation_level=None)
+    try:
+        conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
+        conn.execute("PRAGMA secure_delete=ON")
+        conn.execute("PRAGMA temp_store=MEMORY")  # VACUUM's copy never touches a temp file
+        fts = [
+            name
+            for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type='table' AND sql LIKE 'CREATE VIRTUAL TABLE%USING fts5%'"
+            )
+        ]
+        for name in fts:
+            quoted = '"' + name.replace('"', '""') + '"'
+            conn.execute(f"INSERT INTO {quoted}({quoted}) VALUES('optimize')")
+        conn.execute("VACUUM")
+        busy = 1
+        for _attempt in range(50):
+            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            if not busy:
+                break
+            time.sleep(0.1)  # a reader still holds an old snapshot
+    finally:
+        conn.close()
+    return {
+        "file": path.name,
+        "fts_tables": len(fts),
+        "wal_truncated": not busy,
+        "s": round(time.monotonic() - started, 3),
+    }
+
+
+def _django_sqlite_file() -> Path | None:
+    if connection.vendor != "sqlite":
+        return None
+    name = str(connection.settings_dict.get("NAME") or "")
+    if not name or name == ":memory:" or name.startswith("file:") or "mode=memory" in name:
+        return None
+    path = Path(name)
+    return path if path.exists() else None
+
+
+def scrub_bytes(root: Path) -> list[dict[str, Any]]:
+    """`scrub_sqlite` on every SQLite file under MEMORY_ROOT and on Django's SQLite DB.
+    PostgreSQL keeps dead tuples until (auto)vacuum: see README "Erasure and export"."""
+    done = []
+    targets = sqlite_files(Path(root))
+    db = _django_sqlite_file()
+    if db is not None and db not in targets:
+        targets.append(db)
+    for path in targets:
+        try:
+            done.append(scrub_sqlite(path))
+        except sqlite3.Error as exc:
+            log.error("erasure: could not scrub %s: %s", path, exc)
+            done.append({"file": path.name, "error": str(exc)})
+    return done
+
+
+def checkpoint_django_db() -> None:
+    """The audit event and the marker's end were written after the VACUUM: fold them
+    into the main file too (they hold ids, no content)."""
+    db = _django_sqlite_file()
+    if db is None:
+        return
+    with contextlib.suppress(sqlite3.Error):
+        conn = sqlite3.connect(db, timeout=30, isolation_level=None)
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.close()

@@ -1,0 +1,319 @@
+"""Driving the rules over a conversation: each user message is split into sentences and
+clauses, each clause is read by the project, English and Chinese rules (or taken as a
+bare request), a statement runs on over the clauses that add to it, and the sentence's
+markers label it (question, one-off, standing, hedged, correction). `extract_facts`
+returns MemoryUpdate `facts` items; `run` is what `facts.extraction` calls.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..enums import Authority, Category, Durability, Scope
+from ..filtering import Row, is_acknowledgement
+from ..schemas import normalize_key
+from .chinese import zh_statement
+from .english import en_statement
+from .keys import ALIASES, PREFERENCE_TOPICS, TOOL_TOPICS, key_of, slug_of, topic_of
+from .markers import (
+    EN_DURABLE,
+    EN_DURABLE_WORDS,
+    EN_HEDGE,
+    EN_HYPOTHETICAL,
+    EN_IMPERATIVE,
+    EN_TEMPORARY,
+    EN_TEMPORARY_PREFIX,
+    ZH_DURABLE,
+    ZH_EVENT,
+    ZH_HEDGE,
+    ZH_HYPOTHETICAL,
+    ZH_IMPERATIVE,
+    ZH_TEMPORARY,
+    ZH_TEMPORARY_PREFIX,
+    asks,
+    is_question,
+    strip_leads,
+)
+from .statement import HEDGED, LIKELY, SURE, UNSURE, Statement, en_content
+from .text import CLAUSE_BREAK, SENTENCE_END, clean, has_han, spans
+
+_I = re.IGNORECASE
+
+NAME = "rules-v1"
+
+# A statement about the user is one short sentence; longer "sentences" (code, logs,
+# pasted documents) are skipped, which also keeps every rule linear in the input.
+MAX_SENTENCE_CHARS = 400
+# More than this from one message is a document, not a conversation turn.
+MAX_FACTS_PER_MESSAGE = 20
+
+
+# --- project rules ------------------------------------------------------------------------
+
+# Only rules of a repository or project ("this repo uses …"), never a passing remark
+# about it ("the app is broken"): no bare "is"/"has", no "the".
+_EN_PROJECT = re.compile(
+    r"^(?:(?:this|our) (?:repo|repository|project|codebase|code base|monorepo)(?:'s)?\s+"
+    r"(?:uses|requires|runs on|targets|follows|prefers|needs|must|should|always|never|only|"
+    r"deploys to|is deployed (?:to|on)|is written in|builds with)\b|"
+    r"(?:in|for) (?:this|our) (?:repo|repository|project|codebase)\s*,?\s*we\s+(?:always |never |only )?"
+    r"(?:use|squash|rebase|deploy|write|follow|require|prefer|run|pin|keep|avoid|target|lint|format|test|"
+    r"build|name|tag|release)\b|"
+    r"we (?:always |usually |never |only )?(?:use|squash|rebase|deploy|write|follow|require|prefer|run)\b"
+    r".{0,200}?\b(?:here|in this (?:repo|repository|project|codebase))\b)",
+    _I,
+)
+_ZH_PROJECT = re.compile(
+    r"^(?:这个|本|我们的?|当前)(?:项目|仓库|代码库|repo|工程)(?:里|中|的)?(?:都|统一|一律|必须|要求|规定)?"
+    r"(?:用|使用|采用|基于|要求|规定|统一|必须|不允许|禁止|跑在|部署在|遵循)"
+)
+
+
+def _project_statement(clause: str) -> Statement | None:
+    if _EN_PROJECT.match(clause) or _ZH_PROJECT.match(clause):
+        text = clean(clause)
+        content = text[0].upper() + text[1:] + ("" if has_han(text) else ".")
+        topic = topic_of(text, TOOL_TOPICS + PREFERENCE_TOPICS)
+        if re.search(r"\b(?:postgres(?:ql)?|mysql|sqlite|mongodb|redis)\b|数据库", text, _I):
+            topic = "database"
+        subject = re.sub(r"^(?:(?:in|for)\s+)?(?:this|our)\s+\w+\s*,?\s*(?:we\s+)?", "", text, flags=_I)
+        key = normalize_key("project_" + (topic or slug_of(subject) or "rule"))
+        return Statement(Category.CONTEXT, key[:60], content, LIKELY, scope=Scope.PROJECT)
+    return None
+
+
+# --- driving it ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Found:
+    statement: Statement
+    start: int
+    end: int
+
+
+_CONTINUATION_STOP = re.compile(
+    r"^(?:but|because|so|though|although|since|which|if|unless|and then|then|however|而|但|但是|可是|不过|因为|所以|"
+    r"如果|要是|然后|另外|还有|谢谢|thanks|thank you)",
+    _I,
+)
+
+
+def _imperative(clause: str, *, marked: bool) -> Statement | None:
+    """A request to the assistant ("reply in English", "用中文回答"). Only worth a candidate
+    when a marker says how long it holds (labelled by `_label`), or when it names a known
+    preference (then it is unsure: one request is not yet a habit)."""
+    body = ZH_TEMPORARY_PREFIX.sub("", EN_TEMPORARY_PREFIX.sub("", clause))
+    # after "从现在开始，" a request may open with its subject: "变量名统一用英文"
+    subject_first = (
+        marked and bool(re.search(r"请|统一|一律|都用|都要|要用|改用|用", body)) and not ZH_EVENT.search(body)
+    )
+    if not body or not (EN_IMPERATIVE.match(body) or ZH_IMPERATIVE.match(body) or subject_first):
+        return None
+    in_clause = bool(
+        EN_TEMPORARY.search(clause) or ZH_TEMPORARY.search(clause) or EN_DURABLE.search(clause)
+        or ZH_DURABLE.search(clause) or body != clause
+    )  # fmt: skip
+    topic = topic_of(body, PREFERENCE_TOPICS)
+    if not (marked or in_clause or topic):
+        return None
+    confidence = SURE if (marked or in_clause) else UNSURE
+    if has_han(body):
+        content = "用户要求：" + clean(body).rstrip("吧呀啊").replace("我", "用户")
+    else:
+        content = en_content("User's request: {x}.", re.sub(r"^please\s+", "", body, flags=_I))
+    return Statement(Category.PREFERENCE, key_of("pref", body), content, confidence)
+
+
+def _analyze(clause: str, *, marked: bool = False) -> Statement | None:
+    if not clause:
+        return None
+    if EN_HYPOTHETICAL.match(clause) or ZH_HYPOTHETICAL.match(clause):
+        return None
+    return (
+        _project_statement(clause) or en_statement(clause) or zh_statement(clause) or _imperative(clause, marked=marked)
+    )
+
+
+def _statements(text: str) -> list[_Found]:
+    found: list[_Found] = []
+    for s_start, s_end in spans(text, SENTENCE_END):
+        if s_end - s_start > MAX_SENTENCE_CHARS:
+            continue  # pasted code, logs, a wall of text: not a statement about the user
+        sentence = text[s_start:s_end]
+        question = is_question(sentence)
+        # hypotheticals and conditions govern the whole sentence
+        lead_free, _, _, _ = strip_leads(sentence)
+        if EN_HYPOTHETICAL.match(lead_free) or ZH_HYPOTHETICAL.match(lead_free):
+            continue
+        clauses = spans(text, CLAUSE_BREAK, s_start, s_end)
+
+        # In "我喜欢用 vim，你有什么插件推荐吗？" only the last clause asks.
+        asking = [question and (i == len(clauses) - 1 or asks(text[a:b])) for i, (a, b) in enumerate(clauses)]
+        pending_temporary = pending_durable = pending_correction = pending_memory = False
+        modifier_start: int | None = None
+        index = 0
+        while index < len(clauses):
+            c_start, c_end = clauses[index]
+            raw = clean(text[c_start:c_end])
+            body, _, correction, memory = strip_leads(raw)
+            body = clean(body)
+            statement = _analyze(body, marked=pending_temporary or pending_durable)
+            if statement is None:
+                index += 1
+                if not body or is_acknowledgement(raw):
+                    pending_correction = pending_correction or correction
+                    pending_memory = pending_memory or memory
+                    if modifier_start is None and (correction or memory):
+                        modifier_start = c_start
+                    continue
+                # a bare modifier ("From now on", "这次", "以后的话") labels the next clause
+                bare_temp = bool(EN_TEMPORARY.fullmatch(body) or re.fullmatch(rf"(?:{ZH_TEMPORARY.pattern})(?:的话)?(?:先)?", body))  # fmt: skip
+                bare_durable = bool(
+                    re.fullmatch(rf"(?:please\s+)?(?:{EN_DURABLE_WORDS})", body, _I)
+                    or re.fullmatch(rf"(?:{ZH_DURABLE.pattern})(?:的话)?(?:都|也)?", body)
+                )
+                if bare_temp or bare_durable or correction:
+                    pending_temporary = pending_temporary or bare_temp
+                    pending_durable = pending_durable or bare_durable
+                    pending_correction = pending_correction or correction
+                    pending_memory = pending_memory or memory
+                    if modifier_start is None:
+                        modifier_start = c_start
+                    continue
+                pending_temporary = pending_durable = pending_correction = pending_memory = False
+                modifier_start = None
+                continue
+            # the statement runs on over clauses that add to it ("…, with examples", "…，也喜欢狗")
+            end = c_end
+            nxt = index + 1
+            while nxt < len(clauses):
+                n_start, n_end = clauses[nxt]
+                piece = clean(text[n_start:n_end])
+                piece_body = clean(strip_leads(piece)[0])
+                if (
+                    not piece
+                    or asking[nxt]
+                    or is_acknowledgement(piece)
+                    or _CONTINUATION_STOP.match(piece)
+                    or _analyze(piece_body) is not None
+                    or EN_TEMPORARY.search(piece)
+                    or ZH_TEMPORARY.search(piece)
+                ):
+                    break
+                end = n_end
+                nxt += 1
+            whole = text[c_start:end]
+            if end > c_end:
+                extended = _analyze(clean(strip_leads(clean(whole))[0]))
+                if extended is not None and extended.confidence >= statement.confidence:
+                    statement = extended
+            span_start = modifier_start if modifier_start is not None else c_start
+            span_text = text[span_start:end]
+            statement = _label(
+                statement,
+                span=span_text,
+                question=any(asking[index:nxt]),
+                temporary=pending_temporary,
+                durable=pending_durable,
+                correction=pending_correction or correction,
+                memory=pending_memory or memory,
+            )
+            if statement is not None:
+                found.append(_Found(statement, span_start, end))
+            pending_temporary = pending_durable = pending_correction = pending_memory = False
+            modifier_start = None
+            index = nxt
+    return found
+
+
+def _label(
+    statement: Statement,
+    *,
+    span: str,
+    question: bool,
+    temporary: bool,
+    durable: bool,
+    correction: bool,
+    memory: bool,
+) -> Statement | None:
+    s = replace(statement)
+    standing = s.standing or durable or bool(EN_DURABLE.search(span) or ZH_DURABLE.search(span))
+    if question:
+        # "Could you always answer in English?" is half a preference: a reviewer decides.
+        if not standing or s.authority == Authority.TRANSACTIONAL:
+            return None
+        s.confidence = min(s.confidence, UNSURE)
+    # "Always check the return value here": about this code, not about the user
+    here = s.scope == Scope.USER and bool(re.search(r"\bhere\b|这里", span, _I))
+    if temporary or here or EN_TEMPORARY.search(span) or ZH_TEMPORARY.search(span):
+        s.durability = Durability.TEMPORARY
+        if s.scope == Scope.USER:
+            s.scope = Scope.THREAD
+    if EN_HEDGE.search(span) or ZH_HEDGE.search(span):
+        s.confidence = min(s.confidence, HEDGED)
+    if correction and s.category == Category.PREFERENCE and s.authority == Authority.DESCRIPTIVE:
+        s.category = Category.CORRECTION
+    if memory and s.confidence >= LIKELY:
+        s.confidence = SURE
+    if standing and s.content.startswith("User's request:"):
+        s.content = "User's standing request:" + s.content.removeprefix("User's request:")
+    if standing and s.content.startswith("用户要求："):
+        s.content = "用户长期要求：" + s.content.removeprefix("用户要求：")
+    if s.authority == Authority.TRANSACTIONAL and not standing:
+        s.durability = Durability.TEMPORARY
+    return s
+
+
+@dataclass
+class RulesResult:
+    arguments: dict[str, Any]  # a MemoryUpdate: {"facts": [...], "summaries": [], "confirmations": []}
+    elapsed_ms: float
+
+
+def _reuse_aliases(key: str, live_keys: set[str]) -> str:
+    if key in live_keys:
+        return key
+    return next((alias for alias in ALIASES.get(key, ()) if alias in live_keys), key)
+
+
+def extract_facts(rows: Sequence[Row], *, existing_facts: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+    """The fact candidates (MemoryUpdate's `facts` items) the rules find in the user's rows."""
+    live_keys = {str(f.get("key", "")) for f in existing_facts}
+    facts: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    for row in rows:
+        if row.get("role") != "user":
+            continue  # an assistant message is never evidence
+        text = row.get("content") or ""
+        for found in _statements(text)[:MAX_FACTS_PER_MESSAGE]:
+            s = found.statement
+            key = _reuse_aliases(s.key, live_keys)
+            if (key, s.content) in seen:
+                continue
+            seen.add((key, s.content))
+            facts.append(
+                {
+                    "key": key,
+                    "content": s.content[:400],
+                    "category": str(s.category),
+                    "scope": str(s.scope),
+                    "durability": str(s.durability),
+                    "authority": str(s.authority),
+                    "confidence": s.confidence,
+                    "evidence_message_id": row["id"],
+                    "evidence_text": text[found.start : found.end],
+                }
+            )
+    return facts
+
+
+def run(rows: Sequence[Row], *, existing_facts: Sequence[Mapping[str, Any]] = ()) -> RulesResult:
+    started = time.perf_counter()
+    facts = extract_facts(rows, existing_facts=existing_facts)
+    arguments = {"facts": facts, "summaries": [], "confirmations": []}
+    return RulesResult(arguments, (time.perf_counter() - started) * 1000)
