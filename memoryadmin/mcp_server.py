@@ -218,7 +218,7 @@ def build_server(identify: Identify) -> MCPServer:
 
 
 def _remember(identity: Identity, text: str) -> RememberResult:
-    from facts.erasure import ErasureInProgress
+    from facts.erasure.guard import ErasureInProgress
     from facts.ingestion import TurnRejected
 
     if not text.strip():
