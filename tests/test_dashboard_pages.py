@@ -217,9 +217,9 @@ def test_the_preview_shows_the_exact_text_tokens_and_excluded_facts(viewer_clien
 
 @needs_render
 def test_a_long_excluded_list_is_capped_unless_asked_for(viewer_client: Client, make_card, monkeypatch) -> None:
-    from retrieval import views
+    from dashboard.views import preview
 
-    monkeypatch.setattr(views, "EXCLUDED_SHOWN", 3)
+    monkeypatch.setattr(preview, "EXCLUDED_SHOWN", 3)
     for n in range(10):
         save_card(make_card(content=f"Fact {n}: " + "long words " * 20), actor="t")
     query = {"user": "alice", "agent": "coder", "budget": 120}

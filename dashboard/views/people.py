@@ -19,12 +19,12 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from . import erasure
-from .access import ADMINISTER
-from .forms import EraseForm, ForgetThreadForm, PageForm, UserPick
-from .models import FactCard, ProfileSection, Turn
-from .store import InvalidId, LockTimeout
-from .views import actor_of, changed, page_of
+from dashboard.forms import EraseForm, ForgetThreadForm, PageForm, UserPick
+from dashboard.helpers import actor_of, changed, page_of
+from facts import erasure
+from facts.access import ADMINISTER
+from facts.models import FactCard, ProfileSection, Turn
+from facts.store import InvalidId, LockTimeout
 
 SHOWN_IDS = 50
 
