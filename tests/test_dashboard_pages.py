@@ -245,6 +245,21 @@ def test_saving_preview_budgets_needs_the_admin_role(reviewer_client: Client, ad
     assert AgentSettings.objects.get(agent_name="coder").budget == 900
 
 
+def test_it_saves_budgets_from_the_preview_and_the_agents_page_through_one_endpoint(admin_client_: Client) -> None:
+    from django.urls import resolve
+
+    assert resolve("/preview/settings/").func is resolve("/agents/settings/").func
+    preview = {"agent": "coder", "budget": 900, "correction_budget": 250, "top_n": 8, "back": "user=alice&agent=coder"}
+    response = admin_client_.post("/agents/settings/", preview)
+    assert response["Location"] == "/preview/?user=alice&agent=coder"
+    agents = {"prefix": "coder", "coder-agent": "coder", "coder-budget": 700, "coder-correction_budget": 50}
+    response = admin_client_.post("/agents/settings/", {**agents, "coder-top_n": 4, "coder-reason": "smaller"})
+    assert response["Location"] == "/agents/"
+    changes = AuditEvent.objects.filter(action="settings").order_by("pk")
+    assert [(e.details["before"]["budget"], e.details["after"]["budget"]) for e in changes] == [(2000, 900), (900, 700)]
+    assert changes.last().reason == "smaller"
+
+
 # --- search playground ------------------------------------------------------------------
 
 
