@@ -1,6 +1,6 @@
 """Search playground: run an agent's search by hand with each hit's score broken into
 its parts, and golden queries (saved searches whose expected top results are re-checked
-after edits)."""
+after edits, checked by `retrieval.golden`)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from django.contrib.auth.decorators import login_required, permission_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.forms import GoldenCheckForm, GoldenForm, SearchForm
 from facts.access import CURATE
 from facts.store import InvalidId
 from retrieval import search as searcher
+from retrieval.golden import check_golden
 from retrieval.models import GoldenQuery
 
 
@@ -54,18 +54,6 @@ def search_playground(request: HttpRequest) -> HttpResponse:
     if request.htmx and request.htmx.target == "search-result":
         return render(request, "retrieval/search.html#result", ctx)
     return render(request, "retrieval/search.html", ctx)
-
-
-def check_golden(golden: GoldenQuery) -> GoldenQuery:
-    """Run the saved query again; it passes when the expected ids lead the results in order."""
-    data = {"q": golden.query, "user": golden.user_id, "agent": golden.agent_name, "project": golden.project_id}
-    hits = run_search(data, limit=max(5, len(golden.expected_ids)))
-    ids = [hit.id for hit in hits]
-    golden.last_result_ids = ids
-    golden.last_passed = ids[: len(golden.expected_ids)] == list(golden.expected_ids)
-    golden.last_checked_at = timezone.now()
-    golden.save(update_fields=["last_result_ids", "last_passed", "last_checked_at"])
-    return golden
 
 
 @login_required
