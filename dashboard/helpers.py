@@ -14,7 +14,7 @@ from django_htmx.http import trigger_client_event
 
 from facts.audit import record
 from facts.models import AuditEvent, FactCard
-from facts.store import Bucket, InvalidId, check_fact_id
+from facts.store import InvalidId, check_fact_id
 
 PAGE_SIZE = 50
 
@@ -59,12 +59,6 @@ def scope_label(row: FactCard) -> str:
     if row.user_id:
         return f"{row.user_id} × {row.agent_name}"
     return f"project {row.project_id}"
-
-
-def bucket_of(row: FactCard) -> Bucket:
-    if row.user_id:
-        return Bucket(user_id=row.user_id, agent_name=row.agent_name)
-    return Bucket(project_id=row.project_id)
 
 
 def fact_or_404(fact_id: str) -> FactCard:

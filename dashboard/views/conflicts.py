@@ -13,14 +13,13 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.forms import ResolveForm
-from dashboard.helpers import actor_of, audit, bucket_of, changed, fact_or_404
+from dashboard.helpers import actor_of, audit, changed, fact_or_404
 from dashboard.views.overview import COUNTS_CACHE_SECONDS, counts_version
-from facts import writer
 from facts.access import CURATE
-from facts.conflicts import Conflict, find_conflicts
+from facts.conflicts import Conflict, find_conflicts, resolve
 from facts.enums import CardStatus
 from facts.models import AuditEvent, FactCard
-from facts.store import RevisionConflict, get_store, now_utc
+from facts.store import RevisionConflict
 
 
 def cached_conflicts() -> tuple[list[Conflict], list[FactCard]]:
@@ -57,20 +56,11 @@ def resolve_conflict(request: HttpRequest) -> HttpResponse:
     keep = fact_or_404(form.cleaned_data["keep"])
     other_ids = [i.strip() for i in form.cleaned_data["others"].split(",") if i.strip()]
     others = list(FactCard.objects.filter(id__in=other_ids).exclude(id=keep.id))
-    if len(others) != len(set(other_ids) - {keep.id}) or any(bucket_of(o) != bucket_of(keep) for o in others):
+    if len(others) != len(set(other_ids) - {keep.id}) or any(o.bucket != keep.bucket for o in others):
         raise Http404("cards of another scope")
     reason = form.cleaned_data.get("reason") or f"conflict resolved in favour of {keep.id}"
-    store = get_store()
-    puts = []
-    for row in others:
-        card = store.read_card(bucket_of(row), row.id)
-        if card is not None and card.status == CardStatus.ACTIVE:
-            updated = card.model_copy(
-                update={"status": CardStatus.SUPERSEDED, "superseded_by": keep.id, "updated_at": now_utc()}
-            )
-            puts.append(writer.Put(updated, card.revision))
     try:
-        writer.commit(puts, actor=actor_of(request), reason=reason)
+        superseded = resolve(keep, others, actor=actor_of(request), reason=reason)
     except RevisionConflict as exc:
         messages.error(request, f"Nothing was changed: {exc}")
         return redirect("conflicts")
@@ -83,5 +73,5 @@ def resolve_conflict(request: HttpRequest) -> HttpResponse:
         reason=reason,
         superseded=[r.id for r in others],
     )
-    messages.success(request, f"Kept {keep.id}; {len(puts)} card(s) superseded.")
+    messages.success(request, f"Kept {keep.id}; {superseded} card(s) superseded.")
     return changed(redirect("conflicts"))

@@ -33,7 +33,6 @@ from dashboard.forms import (
 from dashboard.helpers import (
     actor_of,
     audit,
-    bucket_of,
     changed,
     diff_lines,
     fact_in_scope,
@@ -199,7 +198,7 @@ def correct_form_for(row: FactCard) -> CorrectForm:
     """The Correct form, filled from the card file (what a correction will be checked
     against: its revision), or from the mirror row when the file cannot be read."""
     try:
-        card: Card | FactCard | None = get_store().read_card(bucket_of(row), row.id)
+        card: Card | FactCard | None = get_store().read_card(row.bucket, row.id)
     except (CardParseError, InvalidId):
         card = None
     source = card or row
@@ -235,7 +234,7 @@ def apply_change(
 ) -> HttpResponse:
     try:
         card = writer.update_card(
-            bucket_of(row), row.id, change, actor=actor_of(request), reason=reason, expected_revision=expected_revision
+            row.bucket, row.id, change, actor=actor_of(request), reason=reason, expected_revision=expected_revision
         )
     except (RevisionConflict, CardParseError, InvalidId, ValueError) as exc:
         messages.error(request, f"Nothing was changed: {exc}")
@@ -402,7 +401,7 @@ def erase(request: HttpRequest, rows: Iterable[FactCard], *, reason: str) -> int
     store = get_store()
     ops = []
     for row in rows:
-        card = store.read_card(bucket_of(row), row.id)
+        card = store.read_card(row.bucket, row.id)
         if card is not None:
             ops.append(writer.Delete(card))
     result = writer.commit(ops, actor=actor_of(request), reason=reason)
