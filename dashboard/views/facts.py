@@ -46,16 +46,13 @@ from facts.access import ADMINISTER, CURATE
 from facts.enums import CardStatus, Category
 from facts.models import AuditEvent, ExtractionRun, FactCard, FactRevision, FactUsage
 from facts.store import Card, CardParseError, InvalidId, RevisionConflict, get_store, now_utc, parse_card
+from retrieval.search import search
 
 # --- facts list -------------------------------------------------------------------------
 
 
-def search_ids(query: str, *, user_id: str, agent_name: str, project_id: str) -> list[str] | None:
-    """Fact ids matching `query` through the FTS index (None while the read side is missing)."""
-    try:
-        from retrieval.search import search
-    except ImportError:
-        return None
+def search_ids(query: str, *, user_id: str, agent_name: str, project_id: str) -> list[str]:
+    """Fact ids matching `query` through the FTS index, best first."""
     hits = search(query, user_id=user_id, agent_name=agent_name, project_id=project_id or None, limit=10)
     return [hit.id for hit in hits]
 
@@ -93,15 +90,9 @@ def filtered_facts(data: dict[str, Any]) -> tuple[QuerySet[FactCard], str]:
             agent_name=data.get("agent", ""),
             project_id=data.get("project", ""),
         )
-        if ids is None:
-            rows = rows.filter(content__icontains=data["q"])
-            note = "The search index is not available; matched the text directly."
-        else:
-            order = {fact_id: n for n, fact_id in enumerate(ids)}
-            found = {row.id: row for row in rows.filter(id__in=ids)}
-            return [
-                found[i] for i in sorted(found, key=order.__getitem__)
-            ], "Ranked by the search index (live cards only)."  # type: ignore[return-value]
+        order = {fact_id: n for n, fact_id in enumerate(ids)}
+        found = {row.id: row for row in rows.filter(id__in=ids)}
+        return [found[i] for i in sorted(found, key=order.__getitem__)], "Ranked by the search index (live cards only)."  # type: ignore[return-value]
     return rows.order_by("-updated_at", "id"), note
 
 

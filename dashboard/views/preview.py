@@ -86,8 +86,6 @@ def context_preview(request: HttpRequest) -> HttpResponse:
             # The limits the renderer actually applied (it clamps and fills in defaults).
             if getattr(rendered, "budget", 0):
                 ctx["used"] = {k: getattr(rendered, k) for k in ("budget", "correction_budget", "top_n")}
-        except ImportError:
-            ctx["unavailable"] = "The context renderer (retrieval.render) is not installed yet."
         except InvalidId as exc:
             form.add_error("user", str(exc))
     if request.htmx and request.htmx.target == "preview-result":
