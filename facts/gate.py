@@ -20,10 +20,9 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import transaction
 from django.utils import timezone
 
-from . import writer
+from . import audit, writer
 from .enums import PROFILE_SECTIONS, Authority, CardStatus, Category, Durability, Scope, SourceKind
 from .filtering import Row
 from .models import AuditEvent, Candidate, ExtractionRun, FactCard
@@ -663,13 +662,31 @@ def apply_candidate(
             fact_id = found[1].id
     _record_review(candidate, Candidate.ReviewState.APPROVED, actor=actor, note=note, fact_id=fact_id)
     action = AuditEvent.Action.CORRECT if overrides else AuditEvent.Action.APPROVE
-    _audit(candidate, action, actor=actor, note=note, details={"fact_id": fact_id, "overrides": overrides})
+    audit.record(
+        actor,
+        action,
+        target=f"candidate:{candidate.pk}",
+        user_id=candidate.user_id,
+        agent_name=candidate.agent_name,
+        reason=note,
+        kind=candidate.kind,
+        fact_id=fact_id,
+        overrides=overrides,
+    )
     return fact_id
 
 
 def dismiss_candidate(candidate: Candidate, *, actor: str, note: str) -> None:
     _record_review(candidate, Candidate.ReviewState.DISMISSED, actor=actor, note=note, fact_id=candidate.fact_id)
-    _audit(candidate, AuditEvent.Action.DISMISS, actor=actor, note=note, details={})
+    audit.record(
+        actor,
+        AuditEvent.Action.DISMISS,
+        target=f"candidate:{candidate.pk}",
+        user_id=candidate.user_id,
+        agent_name=candidate.agent_name,
+        reason=note,
+        kind=candidate.kind,
+    )
 
 
 def _record_review(candidate: Candidate, state: str, *, actor: str, note: str, fact_id: str | None) -> None:
@@ -679,16 +696,3 @@ def _record_review(candidate: Candidate, state: str, *, actor: str, note: str, f
     candidate.review_note = note or ""
     candidate.fact_id = fact_id or ""
     candidate.save(update_fields=["review_state", "reviewed_by", "reviewed_at", "review_note", "fact_id"])
-
-
-def _audit(candidate: Candidate, action: str, *, actor: str, note: str, details: dict[str, Any]) -> None:
-    with transaction.atomic():
-        AuditEvent.objects.create(
-            actor=actor,
-            action=action,
-            user_id=candidate.user_id,
-            agent_name=candidate.agent_name,
-            target=f"candidate:{candidate.pk}",
-            reason=note or "",
-            details={"kind": candidate.kind, **details},
-        )

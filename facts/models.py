@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import models
 
 from .enums import CardStatus, Category, SourceKind, choices
+from .store import Bucket
 
 
 class FactCard(models.Model):
@@ -62,6 +63,13 @@ class FactCard(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} {self.key}"
+
+    @property
+    def bucket(self) -> Bucket:
+        """The folder that holds this row's card file: a user × agent's, or a project's."""
+        if self.user_id:
+            return Bucket(user_id=self.user_id, agent_name=self.agent_name)
+        return Bucket(project_id=self.project_id)
 
 
 class FactRevision(models.Model):

@@ -72,6 +72,7 @@ INSTALLED_APPS = [
     "django_tasks_db",
     "retrieval",
     "memoryadmin",
+    "dashboard",
 ]
 
 MIDDLEWARE = [

@@ -3,17 +3,13 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from memoryadmin import mcp_http
-from memoryadmin import views as dashboard_views
 
 urlpatterns = [
-    path("", dashboard_views.overview, name="overview"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include("memoryadmin.api_urls")),
     # bearer keys, like the API (unnamed: not a dashboard page)
     path("mcp", mcp_http.endpoint),
-    path("", include("facts.urls")),
-    path("", include("retrieval.urls")),
-    path("", include("memoryadmin.dashboard_urls")),
+    path("", include("dashboard.urls")),
     path("admin/", admin.site.urls),
 ]

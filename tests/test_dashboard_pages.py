@@ -221,9 +221,9 @@ def test_the_preview_shows_the_exact_text_tokens_and_excluded_facts(viewer_clien
 
 @needs_render
 def test_a_long_excluded_list_is_capped_unless_asked_for(viewer_client: Client, make_card, monkeypatch) -> None:
-    from retrieval import views
+    from dashboard.views import preview
 
-    monkeypatch.setattr(views, "EXCLUDED_SHOWN", 3)
+    monkeypatch.setattr(preview, "EXCLUDED_SHOWN", 3)
     for n in range(10):
         save_card(make_card(content=f"Fact {n}: " + "long words " * 20), actor="t")
     query = {"user": "alice", "agent": "coder", "budget": 120}
@@ -247,6 +247,21 @@ def test_saving_preview_budgets_needs_the_admin_role(reviewer_client: Client, ad
     response = admin_client_.post("/preview/settings/", data)
     assert response["Location"] == "/preview/?user=alice&agent=coder"
     assert AgentSettings.objects.get(agent_name="coder").budget == 900
+
+
+def test_it_saves_budgets_from_the_preview_and_the_agents_page_through_one_endpoint(admin_client_: Client) -> None:
+    from django.urls import resolve
+
+    assert resolve("/preview/settings/").func is resolve("/agents/settings/").func
+    preview = {"agent": "coder", "budget": 900, "correction_budget": 250, "top_n": 8, "back": "user=alice&agent=coder"}
+    response = admin_client_.post("/agents/settings/", preview)
+    assert response["Location"] == "/preview/?user=alice&agent=coder"
+    agents = {"prefix": "coder", "coder-agent": "coder", "coder-budget": 700, "coder-correction_budget": 50}
+    response = admin_client_.post("/agents/settings/", {**agents, "coder-top_n": 4, "coder-reason": "smaller"})
+    assert response["Location"] == "/agents/"
+    changes = AuditEvent.objects.filter(action="settings").order_by("pk")
+    assert [(e.details["before"]["budget"], e.details["after"]["budget"]) for e in changes] == [(2000, 900), (900, 700)]
+    assert changes.last().reason == "smaller"
 
 
 # --- search playground ------------------------------------------------------------------

@@ -9,10 +9,10 @@ from django.http import FileResponse, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
 
-from .access import ADMINISTER
-from .forms import UserIdForm
-from .portability import export
-from .views import actor_of
+from dashboard.forms import UserIdForm
+from dashboard.helpers import actor_of
+from facts.access import ADMINISTER
+from facts.portability import export
 
 
 @login_required

@@ -13,11 +13,11 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from . import claims, ingestion
-from .access import CURATE
-from .forms import PageForm, RetryForm
-from .models import AuditEvent, Turn
-from .views import audit, changed, page_of
+from dashboard.forms import PageForm, RetryForm
+from dashboard.helpers import audit, changed, page_of
+from facts import claims, ingestion
+from facts.access import CURATE
+from facts.models import AuditEvent, Turn
 
 PAGE_SIZE = 50
 

@@ -1,5 +1,6 @@
-"""Forms of the write-side dashboard pages. Every input, GET filters included, goes
-through one of these."""
+"""Every form of the dashboard: each input a page takes, GET filters and the search box
+included, goes through one of these (facts and review, profiles and people, the audit
+log, agents' budgets and API keys, the context preview and the search playground)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from typing import Any
 
 from django import forms
 
-from .enums import PROFILE_SECTIONS, CardStatus, Category, choices
-from .models import AuditEvent, Candidate
-from .store import InvalidId, normalize_agent, normalize_id
+from facts.enums import PROFILE_SECTIONS, CardStatus, Category, choices
+from facts.models import AuditEvent, Candidate
+from facts.store import InvalidId, check_fact_id, normalize_agent, normalize_id
+from memoryadmin.models import parse_user_patterns
 
 ANY = [("", "any")]
 REASON_CODES = (
@@ -244,3 +246,110 @@ class RetryForm(forms.Form):
     """Retry a failed or stuck turn (or all of them): an optional note for the audit."""
 
     note = forms.CharField(required=False, max_length=2000)
+
+
+# --- agents and API keys ----------------------------------------------------------------
+
+
+class ApiKeyForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    allowed_agents = forms.CharField(required=False, max_length=1000, help_text="comma-separated; empty: every agent")
+
+    allowed_users = forms.CharField(
+        required=False,
+        max_length=2000,
+        help_text="comma-separated user ids, * matches any run of characters (acme:*); empty: every user",
+    )
+
+    def clean_allowed_agents(self) -> list[str]:
+        raw = self.cleaned_data.get("allowed_agents", "")
+        return sorted({clean_agent(item) for item in raw.split(",") if item.strip()})
+
+    def clean_allowed_users(self) -> list[str]:
+        try:
+            return parse_user_patterns(self.cleaned_data.get("allowed_users", ""))
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+class ReasonOnly(forms.Form):
+    reason = forms.CharField(required=False, max_length=2000)
+
+
+# --- context preview and search playground ------------------------------------------------
+
+
+class ScopeForm(forms.Form):
+    user = forms.CharField(max_length=200)
+    agent = forms.CharField(max_length=64)
+    project = forms.CharField(required=False, max_length=200)
+
+    def clean_agent(self) -> str:
+        return clean_agent(self.cleaned_data.get("agent", ""))
+
+    def clean_user(self) -> str:
+        return self.cleaned_data["user"].strip()
+
+    def clean_project(self) -> str:
+        return self.cleaned_data.get("project", "").strip()
+
+
+class PreviewForm(ScopeForm):
+    mode = forms.ChoiceField(
+        required=False, choices=[("auto", "auto (profile + facts)"), ("tool", "tool (profile only)")], initial="auto"
+    )
+    budget = forms.IntegerField(required=False, min_value=0, max_value=100_000)
+    correction_budget = forms.IntegerField(required=False, min_value=0, max_value=100_000)
+    top_n = forms.IntegerField(required=False, min_value=0, max_value=10_000)
+    all_excluded = forms.BooleanField(required=False, widget=forms.HiddenInput)
+
+
+class AgentSettingsForm(forms.Form):
+    agent = forms.CharField(max_length=64)
+    budget = forms.IntegerField(min_value=1, max_value=100_000)
+    correction_budget = forms.IntegerField(min_value=0, max_value=100_000)
+    top_n = forms.IntegerField(min_value=0, max_value=10_000)
+    reason = forms.CharField(required=False, max_length=2000)
+
+    def clean_agent(self) -> str:
+        value = clean_agent(self.cleaned_data.get("agent", ""))
+        if not value:
+            raise forms.ValidationError("an agent name is required")
+        return value
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if (
+            data.get("correction_budget") is not None
+            and data.get("budget") is not None
+            and data["correction_budget"] > data["budget"]
+        ):
+            self.add_error("correction_budget", "The correction budget is part of the budget: it cannot be larger.")
+        return data
+
+
+class SearchForm(ScopeForm):
+    q = forms.CharField(label="Query", max_length=500)
+    limit = forms.IntegerField(required=False, min_value=1, max_value=10, initial=5)
+
+
+class GoldenForm(ScopeForm):
+    q = forms.CharField(max_length=500)
+    expected = forms.CharField(max_length=2000, help_text="comma-separated fact ids, best first")
+
+    def clean_expected(self) -> list[str]:
+        ids = [i.strip() for i in self.cleaned_data["expected"].split(",") if i.strip()]
+        try:
+            return [check_fact_id(i) for i in ids][:10]
+        except InvalidId as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+class GoldenCheckForm(forms.Form):
+    """Which golden queries to re-check: one (`pk`), an agent's, or (neither) all."""
+
+    pk = forms.IntegerField(required=False, min_value=1)
+    agent = forms.CharField(required=False, max_length=64)
+
+    def clean_agent(self) -> str:
+        return clean_agent(self.cleaned_data.get("agent", ""))

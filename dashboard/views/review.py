@@ -17,12 +17,14 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from .access import CURATE
-from .enums import CardStatus
-from .forms import ApproveForm, BulkForm, CandidateFilters, DismissForm, day_end, day_start
-from .models import Candidate, FactCard
-from .store import LockTimeout, RevisionConflict
-from .views import actor_of, changed, open_candidates, page_of, query_without_page
+from dashboard.forms import ApproveForm, BulkForm, CandidateFilters, DismissForm, day_end, day_start
+from dashboard.helpers import actor_of, changed, page_of, query_without_page
+from dashboard.views.overview import open_candidates
+from facts import gate
+from facts.access import CURATE
+from facts.enums import CardStatus
+from facts.models import Candidate, FactCard
+from facts.store import LockTimeout, RevisionConflict
 
 BULK_LIMIT = 500
 PAST = {"approve": "Approved", "dismiss": "Dismissed"}
@@ -181,19 +183,13 @@ def back(request: HttpRequest, default: str) -> str:
     return default
 
 
-def gate() -> Any:
-    from . import gate as module
-
-    return module
-
-
 def approve_one(request: HttpRequest, candidate: Candidate, note: str, overrides: dict[str, Any] | None) -> str | None:
     """The gate writes the card, records the review and the audit event."""
-    return gate().apply_candidate(candidate, actor=actor_of(request), note=note, overrides=overrides or None)
+    return gate.apply_candidate(candidate, actor=actor_of(request), note=note, overrides=overrides or None)
 
 
 def dismiss_one(request: HttpRequest, candidate: Candidate, note: str) -> None:
-    gate().dismiss_candidate(candidate, actor=actor_of(request), note=note)
+    gate.dismiss_candidate(candidate, actor=actor_of(request), note=note)
 
 
 def to_page(request: HttpRequest, url: str) -> HttpResponse:

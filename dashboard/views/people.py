@@ -19,15 +19,15 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from .access import ADMINISTER
-from .erasure.guard import running_for
-from .erasure.plan import plan
-from .erasure.run import Report, erase
-from .erasure.scope import Scope
-from .forms import EraseForm, ForgetThreadForm, PageForm, UserPick
-from .models import FactCard, ProfileSection, Turn
-from .store import InvalidId, LockTimeout
-from .views import actor_of, changed, page_of
+from dashboard.forms import EraseForm, ForgetThreadForm, PageForm, UserPick
+from dashboard.helpers import actor_of, changed, page_of
+from facts.access import ADMINISTER
+from facts.erasure.guard import running_for
+from facts.erasure.plan import plan
+from facts.erasure.run import Report, erase
+from facts.erasure.scope import Scope
+from facts.models import FactCard, ProfileSection, Turn
+from facts.store import InvalidId, LockTimeout
 
 SHOWN_IDS = 50
 

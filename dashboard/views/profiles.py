@@ -14,13 +14,13 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from . import writer
-from .access import CURATE
-from .enums import HISTORY_SECTIONS, PROFILE_SECTIONS, USER_SECTIONS, SourceKind
-from .forms import PageForm, ProfileSectionForm, UserPick
-from .models import AuditEvent, ProfileRevision, ProfileSection
-from .store import InvalidId, Profile, RevisionConflict, Section, SectionSource, get_store, now_utc
-from .views import actor_of, audit, diff_lines, page_of
+from dashboard.forms import PageForm, ProfileSectionForm, UserPick
+from dashboard.helpers import actor_of, audit, diff_lines, page_of
+from facts import writer
+from facts.access import CURATE
+from facts.enums import HISTORY_SECTIONS, PROFILE_SECTIONS, USER_SECTIONS, SourceKind
+from facts.models import AuditEvent, ProfileRevision, ProfileSection
+from facts.store import InvalidId, Profile, RevisionConflict, Section, SectionSource, get_store, now_utc
 
 
 @dataclass
