@@ -57,6 +57,8 @@ from langchain.tools import ToolRuntime, tool
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, RemoveMessage, SystemMessage
 from langchain_core.tools import BaseTool
 
+from retrieval.limits import clamp_limit
+
 log = logging.getLogger(__name__)
 
 MEMORY_ORIGIN = "memory"
@@ -511,7 +513,7 @@ class LocalMemory:
     def search(self, ctx: MemoryContext, query: str, *, limit: int = 5) -> list[dict[str, Any]]:
         from memoryadmin import api_service
 
-        return api_service.serve_search(self._scope(ctx), query, limit=max(1, min(int(limit), 10)))
+        return api_service.serve_search(self._scope(ctx), query, limit=limit)
 
 
 class MemoryClient:
@@ -617,7 +619,7 @@ class MemoryClient:
         return self._call("GET", "/context", params={**self._params(ctx), "mode": mode})
 
     def search(self, ctx: MemoryContext, query: str, *, limit: int = 5) -> list[dict[str, Any]]:
-        params = {**self._params(ctx), "q": query, "limit": str(max(1, min(int(limit), 10)))}
+        params = {**self._params(ctx), "q": query, "limit": str(clamp_limit(limit))}
         return self._call("GET", "/search", params=params)["results"]
 
 
@@ -722,7 +724,7 @@ def make_memory_search_tool(memory: Memory) -> BaseTool:
         if ctx is None:
             return json.dumps({"error": "no user in the runtime context"})
         try:
-            results = memory.search(ctx, query, limit=max(1, min(int(limit), 10)))
+            results = memory.search(ctx, query, limit=clamp_limit(limit))
         except Exception as exc:
             log.warning("memory_search failed: %s", exc)
             return json.dumps({"error": "memory is unavailable right now", "results": []})

@@ -9,6 +9,7 @@ from django.conf import settings
 
 from facts.forms import clean_agent
 
+from .limits import SEARCH_LIMIT_DEFAULT, SEARCH_LIMIT_MAX, SEARCH_LIMIT_MIN
 from .models import AgentSettings
 
 
@@ -74,7 +75,9 @@ def settings_of(agent: str) -> dict[str, int]:
 
 class SearchForm(ScopeForm):
     q = forms.CharField(label="Query", max_length=500)
-    limit = forms.IntegerField(required=False, min_value=1, max_value=10, initial=5)
+    limit = forms.IntegerField(
+        required=False, min_value=SEARCH_LIMIT_MIN, max_value=SEARCH_LIMIT_MAX, initial=SEARCH_LIMIT_DEFAULT
+    )
 
 
 class GoldenForm(ScopeForm):
