@@ -57,6 +57,7 @@ from langchain.tools import ToolRuntime, tool
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, RemoveMessage, SystemMessage
 from langchain_core.tools import BaseTool
 
+from facts.filtering import INJECTED_ORIGINS
 from retrieval.limits import clamp_limit
 
 log = logging.getLogger(__name__)
@@ -655,7 +656,7 @@ def to_wire(message: BaseMessage) -> dict[str, Any]:
 def is_injected(message: BaseMessage) -> bool:
     """Memory we injected, or a summary the summarizer wrote: never the user's words."""
     meta = message.additional_kwargs or {}
-    return meta.get("origin") in {MEMORY_ORIGIN, "runtime", "upload"} or meta.get("lc_source") == _SUMMARY_SOURCE
+    return meta.get("origin") in INJECTED_ORIGINS or meta.get("lc_source") == _SUMMARY_SOURCE
 
 
 def resolve_context(raw: Any, *, thread_id: str | None = None) -> MemoryContext | None:
