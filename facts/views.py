@@ -185,12 +185,10 @@ def open_candidates() -> QuerySet[Candidate]:
 # --- facts list -------------------------------------------------------------------------
 
 
-def search_ids(query: str, *, user_id: str, agent_name: str, project_id: str) -> list[str] | None:
-    """Fact ids matching `query` through the FTS index (None while the read side is missing)."""
-    try:
-        from retrieval.search import search
-    except ImportError:
-        return None
+def search_ids(query: str, *, user_id: str, agent_name: str, project_id: str) -> list[str]:
+    """Fact ids matching `query` through the FTS index."""
+    from retrieval.search import search
+
     hits = search(query, user_id=user_id, agent_name=agent_name, project_id=project_id or None, limit=10)
     return [hit.id for hit in hits]
 
@@ -228,15 +226,10 @@ def filtered_facts(data: dict[str, Any]) -> tuple[QuerySet[FactCard], str]:
             agent_name=data.get("agent", ""),
             project_id=data.get("project", ""),
         )
-        if ids is None:
-            rows = rows.filter(content__icontains=data["q"])
-            note = "The search index is not available; matched the text directly."
-        else:
-            order = {fact_id: n for n, fact_id in enumerate(ids)}
-            found = {row.id: row for row in rows.filter(id__in=ids)}
-            return [
-                found[i] for i in sorted(found, key=order.__getitem__)
-            ], "Ranked by the search index (live cards only)."  # type: ignore[return-value]
+        order = {fact_id: n for n, fact_id in enumerate(ids)}
+        found = {row.id: row for row in rows.filter(id__in=ids)}
+        ranked = [found[i] for i in sorted(found, key=order.__getitem__)]
+        return ranked, "Ranked by the search index (live cards only)."  # type: ignore[return-value]
     return rows.order_by("-updated_at", "id"), note
 
 
