@@ -13,6 +13,7 @@ from facts.enums import PROFILE_SECTIONS, CardStatus, Category, choices
 from facts.models import AuditEvent, Candidate
 from facts.store import InvalidId, check_fact_id, normalize_agent, normalize_id
 from memoryadmin.models import parse_user_patterns
+from retrieval.limits import SEARCH_LIMIT_DEFAULT, SEARCH_LIMIT_MAX, SEARCH_LIMIT_MIN
 
 ANY = [("", "any")]
 REASON_CODES = (
@@ -330,7 +331,9 @@ class AgentSettingsForm(forms.Form):
 
 class SearchForm(ScopeForm):
     q = forms.CharField(label="Query", max_length=500)
-    limit = forms.IntegerField(required=False, min_value=1, max_value=10, initial=5)
+    limit = forms.IntegerField(
+        required=False, min_value=SEARCH_LIMIT_MIN, max_value=SEARCH_LIMIT_MAX, initial=SEARCH_LIMIT_DEFAULT
+    )
 
 
 class GoldenForm(ScopeForm):

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from facts.sanitize import error_lines, has_control, path_text
 from facts.store import InvalidId, normalize_agent, normalize_id
+from retrieval.limits import clamp_limit
 
 MAX_JSON_DEPTH = 32
 MAX_QUERY_CHARS = 2000
@@ -292,5 +293,4 @@ def parse_search(params: Any) -> tuple[str, int]:
         limit = int(raw_limit)
     except ValueError:
         raise BadRequest("limit", "must be an integer") from None
-    # Same clamp as the memory_search tool: 1..10.
-    return query, max(1, min(limit, 10))
+    return query, clamp_limit(limit)

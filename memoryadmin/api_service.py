@@ -114,7 +114,6 @@ def serve_search(scope: Scope, query: str, *, limit: int = 5) -> list[dict[str, 
     """The memory_search results exactly as the tool shows them (clamped, token-capped)."""
     from retrieval.search import memory_search_json
 
-    limit = max(1, min(int(limit), 10))
     text = memory_search_json(
         query, user_id=scope.user_id, agent_name=scope.agent_name, project_id=scope.project_id, limit=limit
     )

@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 
+from retrieval.limits import clamp_limit
+
 from .memory_protocol import MemoryContext, MemoryRejected, MemoryUnavailable
 from .outbox import DurableOutbox, Outbox
 
@@ -77,7 +79,7 @@ class LocalMemory:
     def search(self, ctx: MemoryContext, query: str, *, limit: int = 5) -> list[dict[str, Any]]:
         from memoryadmin import api_service
 
-        return api_service.serve_search(self._scope(ctx), query, limit=max(1, min(int(limit), 10)))
+        return api_service.serve_search(self._scope(ctx), query, limit=limit)
 
 
 class MemoryClient:
@@ -183,5 +185,5 @@ class MemoryClient:
         return self._call("GET", "/context", params={**self._params(ctx), "mode": mode})
 
     def search(self, ctx: MemoryContext, query: str, *, limit: int = 5) -> list[dict[str, Any]]:
-        params = {**self._params(ctx), "q": query, "limit": str(max(1, min(int(limit), 10)))}
+        params = {**self._params(ctx), "q": query, "limit": str(clamp_limit(limit))}
         return self._call("GET", "/search", params=params)["results"]

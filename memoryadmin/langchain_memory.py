@@ -47,6 +47,9 @@ from langchain.tools import ToolRuntime, tool
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, RemoveMessage, SystemMessage
 from langchain_core.tools import BaseTool
 
+from facts.filtering import INJECTED_ORIGINS
+from retrieval.limits import clamp_limit
+
 from .memory_protocol import Memory, MemoryContext
 from .outbox import deliver
 
@@ -89,7 +92,7 @@ def to_wire(message: BaseMessage) -> dict[str, Any]:
 def is_injected(message: BaseMessage) -> bool:
     """Memory we injected, or a summary the summarizer wrote: never the user's words."""
     meta = message.additional_kwargs or {}
-    return meta.get("origin") in {MEMORY_ORIGIN, "runtime", "upload"} or meta.get("lc_source") == _SUMMARY_SOURCE
+    return meta.get("origin") in INJECTED_ORIGINS or meta.get("lc_source") == _SUMMARY_SOURCE
 
 
 def resolve_context(raw: Any, *, thread_id: str | None = None) -> MemoryContext | None:
@@ -158,7 +161,7 @@ def make_memory_search_tool(memory: Memory) -> BaseTool:
         if ctx is None:
             return json.dumps({"error": "no user in the runtime context"})
         try:
-            results = memory.search(ctx, query, limit=max(1, min(int(limit), 10)))
+            results = memory.search(ctx, query, limit=clamp_limit(limit))
         except Exception as exc:
             log.warning("memory_search failed: %s", exc)
             return json.dumps({"error": "memory is unavailable right now", "results": []})

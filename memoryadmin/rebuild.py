@@ -13,6 +13,7 @@ from typing import Any
 from facts import mirror
 from facts.mirror import Drift, FileSnapshot
 from facts.store import get_store
+from retrieval import index
 
 Progress = Callable[[int, int], None]
 
@@ -58,28 +59,10 @@ class RebuildResult:
         }
 
 
-def _index_check(snap: FileSnapshot) -> Drift | None:
-    try:
-        from retrieval import index
-    except ImportError:  # pragma: no cover - the read side is always installed
-        return None
-    check = getattr(index, "drift", None)
-    return check(snap) if check else None
-
-
-def _index_rebuild(snap: FileSnapshot, progress: Progress | None) -> dict[str, Any]:
-    from retrieval import index
-
-    build = getattr(index, "rebuild_from_snapshot", None)
-    return build(snap, progress=progress) if build else {}
-
-
 def _compare(snap: FileSnapshot) -> CheckReport:
     report = CheckReport(unreadable=list(snap.unreadable))
     report.parts["mirror"] = mirror.mirror_drift(snap)
-    index_drift = _index_check(snap)
-    if index_drift is not None:
-        report.parts["index"] = index_drift
+    report.parts["index"] = index.drift(snap)
     return report
 
 
@@ -103,7 +86,7 @@ def rebuild(*, progress: Progress | None = None, actor: str = "reindex") -> Rebu
     result = RebuildResult(cards=stats.cards, profiles=stats.profiles, unreadable=stats.unreadable)
     result.extra["changed"] = stats.changed
     result.extra["removed"] = stats.removed
-    result.extra.update(_index_rebuild(snap, progress=None))
+    result.extra.update(index.rebuild_from_snapshot(snap, progress=None))
     # Commits made while the rebuild ran would otherwise be undone in mirror and index.
     result.extra["caught_up"] = mirror.catch_up(store, snap)
     return result

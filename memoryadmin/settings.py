@@ -6,13 +6,19 @@ locally on SQLite with the memory store under ``var/``.
 
 from __future__ import annotations
 
+import math
 import os
 from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 
 
 def env_str(name: str, default: str) -> str:
@@ -20,20 +26,39 @@ def env_str(name: str, default: str) -> str:
 
 
 def env_bool(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
+    """Unset or empty: `default`. Anything outside the two word lists is a mistake to
+    report, not a quiet False (``DEBUG=ture`` must not turn debugging off unnoticed)."""
+    raw = os.environ.get(name, "").strip().lower()
+    if raw == "":
         return default
-    return raw.strip().lower() in {"1", "true", "yes", "on"}
+    if raw in _TRUE or raw in _FALSE:
+        return raw in _TRUE
+    accepted = ", ".join(_TRUE + _FALSE)
+    raise ImproperlyConfigured(f"{name}={os.environ[name]!r} is not a boolean: use one of {accepted}")
 
 
 def env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    return default if raw in (None, "") else int(raw)
+    raw = os.environ.get(name, "")
+    if raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not an integer (e.g. {default})") from None
 
 
 def env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    return default if raw in (None, "") else float(raw)
+    raw = os.environ.get(name, "")
+    if raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    # "nan" and "inf" parse as floats but no timeout, threshold or budget means them.
+    if not math.isfinite(value):
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a finite number (e.g. {default})")
+    return value
 
 
 def env_list(name: str, default: list[str]) -> list[str]:
@@ -43,9 +68,10 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))
 # Private: it holds the SQLite database (turns, candidates) and by default MEMORY_ROOT.
-VAR_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+# Importing settings creates nothing: the database's folder is made (0700) by
+# memoryadmin's AppConfig.ready, MEMORY_ROOT by the store when it first writes.
+VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))
 
 DEBUG = env_bool("DEBUG", True)
 # The default key is for local use only; `doctor` warns when it is used with DEBUG off.
@@ -204,13 +230,19 @@ TASKS = {
     }
 }
 
+# Operations: structured logs (LOG_FORMAT=json: one JSON object per line; every
+# extraction run and curation action is an event, see memoryadmin/logging_utils.py).
+LOG_FORMAT = env_str("LOG_FORMAT", "plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "plain": {"()": "memoryadmin.logging_utils.PlainFormatter"},
+        "json": {"()": "memoryadmin.logging_utils.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "json" if LOG_FORMAT == "json" else "plain"},
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
@@ -262,13 +294,7 @@ MEMORY_RETRY_BACKOFF_SECONDS = env_float("MEMORY_RETRY_BACKOFF_SECONDS", 30.0)
 # sweep of any running `db_worker` (every quarter lease) — DESIGN.md §10.
 MEMORY_CLAIM_LEASE_SECONDS = env_float("MEMORY_CLAIM_LEASE_SECONDS", 120.0)
 
-# Operations: structured logs (LOG_FORMAT=json: one JSON object per line; every
-# extraction run and curation action is an event, see memoryadmin/logging_utils.py)
-# and the thresholds of `manage.py doctor`.
-LOG_FORMAT = env_str("LOG_FORMAT", "plain")
-LOGGING["formatters"]["plain"] = {"()": "memoryadmin.logging_utils.PlainFormatter"}
-LOGGING["formatters"]["json"] = {"()": "memoryadmin.logging_utils.JsonFormatter"}
-LOGGING["handlers"]["console"]["formatter"] = "json" if LOG_FORMAT == "json" else "plain"
+# The thresholds of `manage.py doctor`.
 MEMORY_DOCTOR_PENDING_MINUTES = env_float("MEMORY_DOCTOR_PENDING_MINUTES", 30.0)
 MEMORY_DOCTOR_HTTP_TIMEOUT = env_float("MEMORY_DOCTOR_HTTP_TIMEOUT", 3.0)
 

@@ -19,14 +19,14 @@ from datetime import UTC, datetime
 from django.conf import settings
 
 from . import index
+from .limits import clamp_limit
 from .tokenize import query_terms
 from .tokens import count_tokens
 
 DECAY_GRACE_DAYS = 30
 DECAY_RATE = 0.01
 CONFIDENCE_WEIGHT = 0.2
-MAX_LIMIT = 100  # the dashboard's playground; the agents' tool is clamped to 1..10
-TOOL_MAX_LIMIT = 10
+MAX_LIMIT = 100  # callers inside the service (golden queries); agents get retrieval.limits' 1..10
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ def memory_search_json(
         user_id=user_id,
         agent_name=agent_name,
         project_id=project_id,
-        limit=clamp(limit, 1, TOOL_MAX_LIMIT, 5),
+        limit=clamp_limit(limit),
     )
     visible: list[dict[str, object]] = [
         {

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import global_settings
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
@@ -189,3 +190,12 @@ def _inline_api_usage_counters(settings: Any) -> None:
     """The API's usage counters are written inline in tests, never by the background
     flusher thread (which would write outside the test's transaction)."""
     settings.API_USAGE_FLUSH_SECONDS = 0
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings: Any) -> None:
+    """MD5 for the passwords tests create: every user fixture hashes one, and the
+    production hasher (PBKDF2, 1,000,000 rounds) took 0.3-0.4 s per password on this
+    machine. The default hashers stay listed so that a password hashed by a
+    subprocess (the reliability tests' servers) is still checked here."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher", *global_settings.PASSWORD_HASHERS]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.factories import fact_candidate
+
 # Words that appear only in xena's conversations, facts, candidates and profile.
 XENA_WORDS = {
     "thread1_fact": "zorblaxcanary",
@@ -15,20 +17,6 @@ XENA_WORDS = {
     "thread2_fact": "vextrapolka",
 }
 YURI_WORDS = {"fact": "sunnyplatypus", "project": "brambleokapi"}
-
-
-def _fact(key: str, content: str, evidence: str, message: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "key": key,
-        "content": content,
-        "category": "preference",
-        "scope": "user",
-        "durability": "durable",
-        "authority": "descriptive",
-        "confidence": 0.9,
-        "evidence_message_id": message,
-        "evidence_text": evidence,
-    } | extra
 
 
 def turns() -> list[dict[str, Any]]:
@@ -51,15 +39,17 @@ def turns() -> list[dict[str, Any]]:
             ],
             "model_output": {
                 "facts": [
-                    _fact("deploy_tool", f"User deploys with {w['thread1_fact']} pipelines.", w["thread1_fact"], "x1"),
-                    _fact(
+                    fact_candidate(
+                        "deploy_tool", f"User deploys with {w['thread1_fact']} pipelines.", w["thread1_fact"], "x1"
+                    ),
+                    fact_candidate(
                         "maybe_later",
                         f"User might try {w['thread1_rejected']}.",
                         w["thread1_rejected"],
                         "x1",
                         confidence=0.2,
                     ),
-                    _fact(
+                    fact_candidate(
                         "datastore",
                         f"The project stores data in {w['thread1_project']} clusters.",
                         w["thread1_project"],
@@ -85,7 +75,9 @@ def turns() -> list[dict[str, Any]]:
             "agent_name": "coder",
             "thread_id": "x-t2",
             "messages": [{"role": "user", "content": f"I drink {w['thread2_fact']} tea every day.", "id": "x3"}],
-            "model_output": {"facts": [_fact("tea", f"User drinks {w['thread2_fact']} tea.", w["thread2_fact"], "x3")]},
+            "model_output": {
+                "facts": [fact_candidate("tea", f"User drinks {w['thread2_fact']} tea.", w["thread2_fact"], "x3")]
+            },
         },
         {
             "user_id": "yuri",
@@ -101,8 +93,8 @@ def turns() -> list[dict[str, Any]]:
             ],
             "model_output": {
                 "facts": [
-                    _fact("mornings", f"User prefers mornings with {y['fact']}.", y["fact"], "y1"),
-                    _fact(
+                    fact_candidate("mornings", f"User prefers mornings with {y['fact']}.", y["fact"], "y1"),
+                    fact_candidate(
                         "queues",
                         f"The project builds on {y['project']} queues.",
                         y["project"],

@@ -19,14 +19,15 @@ from facts.models import Candidate, ExtractedMessage, ExtractionRun, FactCard
 from memoryadmin.client import LocalMemory
 from memoryadmin.langchain_memory import LongTermMemoryMiddleware, MemoryFlushingSummarization
 from memoryadmin.memory_protocol import MemoryContext
-from tests.test_middleware_fakes import ReplayExtractor, ScriptedChatModel, fact
+from tests.factories import fact_candidate
+from tests.test_middleware_fakes import ReplayExtractor, ScriptedChatModel
 
 pytestmark = pytest.mark.django_db
 
 RULES: list[tuple[str, list[dict], list[dict]]] = [
     (
         "我主要做 Python 后端开发",
-        [fact("primary_stack", "用户主要从事 Python 后端开发。", "context")],
+        [fact_candidate("primary_stack", "用户主要从事 Python 后端开发。", category="context")],
         [
             {
                 "section": "workContext",
@@ -36,19 +37,27 @@ RULES: list[tuple[str, list[dict], list[dict]]] = [
             }
         ],
     ),
-    ("平时请用中文解释技术问题", [fact("response_language", "用户偏好用中文解释技术问题。")], []),
-    ("这个仓库使用 PostgreSQL", [fact("database", "当前仓库使用 PostgreSQL。", "context", scope="project")], []),
+    ("平时请用中文解释技术问题", [fact_candidate("response_language", "用户偏好用中文解释技术问题。")], []),
+    (
+        "这个仓库使用 PostgreSQL",
+        [fact_candidate("database", "当前仓库使用 PostgreSQL。", category="context", scope="project")],
+        [],
+    ),
     (
         "这次请用英文回答",
-        [fact("response_language", "用户要求本次用英文回答。", scope="thread", durability="temporary")],
+        [fact_candidate("response_language", "用户要求本次用英文回答。", scope="thread", durability="temporary")],
         [],
     ),
     (
         "以后都用英文解释技术问题，不要再用中文",
-        [fact("response_language", "用户偏好用英文解释技术问题。", "correction", confidence=0.95)],
+        [fact_candidate("response_language", "用户偏好用英文解释技术问题。", category="correction", confidence=0.95)],
         [],
     ),
-    ("验证后可以直接推送", [fact("push_permission", "用户允许验证后直接推送。", authority="transactional")], []),
+    (
+        "验证后可以直接推送",
+        [fact_candidate("push_permission", "用户允许验证后直接推送。", authority="transactional")],
+        [],
+    ),
 ]
 
 
@@ -206,7 +215,9 @@ def test_summarization_mid_thread_loses_no_user_statement_and_extracts_nothing_t
         "我主要做 Python 后端开发": "primary_stack",
         "平时请用中文解释技术问题": "response_language",
     }
-    extractor.rules += [(f"第{n}条习惯", [fact(f"habit_{n}", f"用户的第{n}条习惯是先写测试。")], []) for n in range(6)]
+    extractor.rules += [
+        (f"第{n}条习惯", [fact_candidate(f"habit_{n}", f"用户的第{n}条习惯是先写测试。")], []) for n in range(6)
+    ]
     h = Harness(summarize=True)
     h.say("我主要做 Python 后端开发。", thread="long")
     h.say("平时请用中文解释技术问题。", thread="long")

@@ -5,7 +5,6 @@ Each journey saves screenshots under test-artifacts/ so a person can look at the
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 from collections.abc import Iterator
@@ -36,7 +35,6 @@ ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-needs_render = pytest.mark.skipif(importlib.util.find_spec("retrieval.render") is None, reason="read side not landed")
 
 
 @pytest.fixture(scope="module")
@@ -122,11 +120,10 @@ def test_approve_a_rejected_candidate_then_see_the_card(page: Any, make_candidat
     page.wait_for_selector("text=Prefers answers in English <b>always</b>.")
     shot(page, "04-facts-list")
     assert FactCard.objects.filter(content__startswith="Prefers answers in English").count() == 1
-    if importlib.util.find_spec("retrieval.render") is not None:
-        page.goto("/preview/?user=alice&agent=coder&mode=auto")
-        page.wait_for_selector("#context-text")
-        assert "Prefers answers in English &lt;b&gt;always&lt;/b&gt;." in page.inner_text("#context-text")
-        shot(page, "05-preview-after-approval")
+    page.goto("/preview/?user=alice&agent=coder&mode=auto")
+    page.wait_for_selector("#context-text")
+    assert "Prefers answers in English &lt;b&gt;always&lt;/b&gt;." in page.inner_text("#context-text")
+    shot(page, "05-preview-after-approval")
 
 
 def test_approve_inline_from_the_queue_with_htmx(page: Any, make_candidate: Any) -> None:
@@ -177,7 +174,6 @@ def test_rebuild_the_index_and_watch_it_finish(page: Any, make_card: Any) -> Non
     shot(page, "11-rebuild-finished")
 
 
-@needs_render
 def test_preview_a_context_whose_budget_cuts_facts(page: Any, make_card: Any) -> None:
     for n in range(12):
         save_card(

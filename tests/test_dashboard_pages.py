@@ -3,7 +3,6 @@ preview and search playground."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 
 import pytest
@@ -16,9 +15,6 @@ from memoryadmin.models import ApiKey, DriftCheck, hash_key
 from retrieval.models import AgentSettings, GoldenQuery, IndexRebuild
 
 pytestmark = pytest.mark.django_db
-
-needs_render = pytest.mark.skipif(importlib.util.find_spec("retrieval.render") is None, reason="read side not landed")
-needs_search = pytest.mark.skipif(importlib.util.find_spec("retrieval.search") is None, reason="read side not landed")
 
 
 # --- overview ---------------------------------------------------------------------------
@@ -207,7 +203,6 @@ def test_a_correction_budget_larger_than_the_budget_is_refused(admin_client_: Cl
 # --- context preview --------------------------------------------------------------------
 
 
-@needs_render
 def test_the_preview_shows_the_exact_text_tokens_and_excluded_facts(viewer_client: Client, make_card) -> None:
     for n in range(30):
         save_card(make_card(content=f"Fact {n}: " + "long words " * 20, confidence=0.5 + n / 100), actor="t")
@@ -219,7 +214,6 @@ def test_the_preview_shows_the_exact_text_tokens_and_excluded_facts(viewer_clien
     assert b"cut line" in response.content
 
 
-@needs_render
 def test_a_long_excluded_list_is_capped_unless_asked_for(viewer_client: Client, make_card, monkeypatch) -> None:
     from dashboard.views import preview
 
@@ -234,7 +228,6 @@ def test_a_long_excluded_list_is_capped_unless_asked_for(viewer_client: Client, 
     assert len(everything.context["excluded"]) == everything.context["excluded_total"]
 
 
-@needs_render
 def test_the_preview_escapes_memory_text(viewer_client: Client, make_card) -> None:
     save_card(make_card(content="Evil </memory> <script>x</script>"), actor="t")
     body = viewer_client.get("/preview/", {"user": "alice", "agent": "coder", "mode": "auto"}).content
@@ -267,7 +260,6 @@ def test_it_saves_budgets_from_the_preview_and_the_agents_page_through_one_endpo
 # --- search playground ------------------------------------------------------------------
 
 
-@needs_search
 def test_the_playground_breaks_scores_into_parts(viewer_client: Client, make_card) -> None:
     save_card(make_card(content="用户偏好用中文解释技术问题"), actor="t")
     response = viewer_client.get("/search/", {"q": "中文", "user": "alice", "agent": "coder"})
@@ -279,7 +271,6 @@ def test_the_playground_breaks_scores_into_parts(viewer_client: Client, make_car
     assert "−bm25 × decay" in response.content.decode()
 
 
-@needs_search
 def test_the_facts_list_searches_through_the_index(viewer_client: Client, make_card) -> None:
     save_card(make_card(content="用户偏好用中文解释技术问题"), actor="t")
     save_card(make_card(content="Likes tea."), actor="t")
@@ -287,7 +278,6 @@ def test_the_facts_list_searches_through_the_index(viewer_client: Client, make_c
     assert [f.content for f in response.context["page"]] == ["用户偏好用中文解释技术问题"]
 
 
-@needs_search
 def test_golden_queries_are_saved_and_rechecked(reviewer_client: Client, make_card) -> None:
     card = save_card(make_card(content="Prefers concise answers."), actor="t")
     reviewer_client.post("/search/golden/", {"q": "concise", "user": "alice", "agent": "coder", "expected": card.id})

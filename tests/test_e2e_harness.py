@@ -29,6 +29,7 @@ from e2e.report import (
     render,
     summarize,
 )
+from tests.factories import fact_candidate
 from tests.openai_stub import OpenAIStub
 
 THREADS = {
@@ -173,20 +174,6 @@ ARTICLE = {
 }
 
 
-def fact(evidence: str, message_id: str = "u1", confidence: float = 0.9) -> dict[str, Any]:
-    return {
-        "key": "response_language",
-        "content": "用户偏好用中文解释技术问题。",
-        "category": "preference",
-        "scope": "user",
-        "durability": "durable",
-        "authority": "descriptive",
-        "confidence": confidence,
-        "evidence_message_id": message_id,
-        "evidence_text": evidence,
-    }
-
-
 def run(conversation: dict[str, Any]) -> tuple[Call, list[CandidateRow], list[StoredMemory], list[str]]:
     call = run_conversation(conversation)
     candidates, stored = collect_candidates(), collect_stored()
@@ -198,7 +185,7 @@ def run(conversation: dict[str, Any]) -> tuple[Call, list[CandidateRow], list[St
 
 @pytest.mark.django_db
 def test_it_reports_a_card_stored_from_the_users_words(openai_stub: OpenAIStub) -> None:
-    openai_stub.reply_tool_call({"facts": [fact("平时请用中文解释技术问题")], "summaries": [], "confirmations": []})
+    openai_stub.reply_tool_call({"facts": [fact_candidate()], "summaries": [], "confirmations": []})
     call, candidates, stored, problems = run(ARTICLE)
     assert (call.outcome, call.seconds is not None, problems) == ("update", True, [])
     assert [(c.verdict, c.reasons) for c in candidates] == [("accepted", ())]
@@ -210,7 +197,15 @@ def test_it_reports_a_card_stored_from_the_users_words(openai_stub: OpenAIStub) 
 def test_invented_evidence_and_an_absurd_confidence_are_rejected_and_nothing_is_stored(
     openai_stub: OpenAIStub,
 ) -> None:
-    openai_stub.reply_tool_call({"facts": [fact("我喜欢 Rust"), fact("好的。", "a1"), fact("中文", confidence=596.0)]})
+    openai_stub.reply_tool_call(
+        {
+            "facts": [
+                fact_candidate(evidence_text="我喜欢 Rust"),
+                fact_candidate(evidence_text="好的。", evidence_message_id="a1"),
+                fact_candidate(evidence_text="中文", confidence=596.0),
+            ]
+        }
+    )
     call, candidates, stored, problems = run(ARTICLE)
     assert (call.outcome, stored, problems) == ("update", [], [])
     assert [c.verdict for c in candidates] == ["rejected"] * 3

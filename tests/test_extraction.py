@@ -16,11 +16,8 @@ from tests.openai_stub import OpenAIStub
 ROWS: list[Row] = [{"id": "u1", "role": "user", "content": "我主要做 Python 后端开发，平时请用中文解释技术问题。"}]
 
 
-fact = fact_candidate
-
-
 def test_it_returns_the_candidates_of_a_tool_call(openai_stub: OpenAIStub) -> None:
-    openai_stub.reply_tool_call({"facts": [fact()], "summaries": [], "confirmations": []})
+    openai_stub.reply_tool_call({"facts": [fact_candidate()], "summaries": [], "confirmations": []})
     result = extract(ROWS)
     [parsed] = result.parsed
     assert parsed.valid and parsed.value.key == "response_language"
@@ -58,7 +55,7 @@ def test_it_sends_max_tokens_explicitly(openai_stub: OpenAIStub, settings: Any) 
 
 def test_the_tool_schema_leaves_length_limits_to_validation(openai_stub: OpenAIStub) -> None:
     # llama-cpp-python's server turns maxLength into a grammar too large to parse, and dies.
-    openai_stub.reply_tool_call({"facts": [fact(content="x" * 401)]})
+    openai_stub.reply_tool_call({"facts": [fact_candidate(content="x" * 401)]})
     [parsed] = extract(ROWS).parsed
     sent = json.dumps(openai_stub.requests[0]["tools"][0]["function"]["parameters"])
     assert "maxLength" not in sent and "maxLength" not in json.dumps(tool_schema())
@@ -86,7 +83,7 @@ def test_an_empty_update_is_a_valid_answer(openai_stub: OpenAIStub) -> None:
 
 
 def test_one_out_of_range_confidence_invalidates_only_that_candidate(openai_stub: OpenAIStub) -> None:
-    openai_stub.reply_tool_call({"facts": [fact(confidence=1.2, key="bad"), fact()]})
+    openai_stub.reply_tool_call({"facts": [fact_candidate(confidence=1.2, key="bad"), fact_candidate()]})
     bad, good = extract(ROWS).parsed
     assert not bad.valid and "confidence" in bad.error and bad.raw["confidence"] == 1.2
     assert good.valid
@@ -135,7 +132,7 @@ def test_http_500_is_an_extraction_error(openai_stub: OpenAIStub) -> None:
 def test_it_retries_a_server_error_and_then_succeeds(openai_stub: OpenAIStub, settings: Any) -> None:
     settings.MEMORY_LLM_MAX_RETRIES = 2
     openai_stub.reply_error(500)
-    openai_stub.reply_tool_call({"facts": [fact()]})
+    openai_stub.reply_tool_call({"facts": [fact_candidate()]})
     assert len(extract(ROWS).parsed) == 1
     assert len(openai_stub.requests) == 2
 
@@ -167,7 +164,7 @@ def test_an_unreachable_server_is_an_extraction_error(settings: Any) -> None:
 
 def test_the_json_schema_method_is_validated_per_candidate_too(openai_stub: OpenAIStub, settings: Any) -> None:
     settings.MEMORY_LLM_METHOD = "json_schema"
-    openai_stub.reply_text(json.dumps({"facts": [fact(confidence=1.2, key="bad"), fact()]}))
+    openai_stub.reply_text(json.dumps({"facts": [fact_candidate(confidence=1.2, key="bad"), fact_candidate()]}))
     bad, good = extract(ROWS).parsed
     assert not bad.valid and good.valid
     assert openai_stub.requests[0]["response_format"]["type"] == "json_schema"

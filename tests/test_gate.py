@@ -12,7 +12,7 @@ from facts.filtering import Row
 from facts.models import AuditEvent, Candidate, ExtractionRun, FactCard
 from facts.schemas import FactCandidate, SummaryCandidate, parse_update
 from facts.store import Bucket, Store
-from tests.factories import fact_candidate
+from tests.factories import fact_candidate, fact_model
 
 ROWS: list[Row] = [
     {
@@ -25,13 +25,6 @@ ROWS: list[Row] = [
 ]
 
 
-fact_data = fact_candidate
-
-
-def fact(**overrides: Any) -> FactCandidate:
-    return FactCandidate.model_validate(fact_data(**overrides))
-
-
 def judge(candidate: FactCandidate, project_id: str | None = None, threshold: float = 0.7) -> list[str]:
     return gate.judge_fact(candidate, ROWS, project_id=project_id, threshold=threshold)
 
@@ -40,69 +33,73 @@ def judge(candidate: FactCandidate, project_id: str | None = None, threshold: fl
 
 
 def test_it_accepts_a_durable_descriptive_user_fact_with_user_evidence() -> None:
-    assert judge(fact()) == []
+    assert judge(fact_model()) == []
 
 
 def test_it_rejects_thread_scoped_facts() -> None:
-    assert judge(fact(scope="thread")) == ["scope_thread"]
+    assert judge(fact_model(scope="thread")) == ["scope_thread"]
 
 
 def test_it_rejects_project_scoped_facts_without_a_project() -> None:
-    assert judge(fact(scope="project")) == ["scope_project"]
+    assert judge(fact_model(scope="project")) == ["scope_project"]
 
 
 def test_it_accepts_project_scoped_facts_when_the_turn_has_a_project() -> None:
-    assert judge(fact(scope="project"), project_id="shop-api") == []
+    assert judge(fact_model(scope="project"), project_id="shop-api") == []
 
 
 def test_it_rejects_temporary_facts() -> None:
-    assert judge(fact(durability="temporary")) == ["temporary"]
+    assert judge(fact_model(durability="temporary")) == ["temporary"]
 
 
 def test_it_rejects_transactional_facts_even_when_they_claim_to_be_durable() -> None:
-    grant = fact(key="push", content="允许推送", evidence_message_id="u2", evidence_text="可以把这次修改提交并推送")
+    grant = fact_model(
+        key="push", content="允许推送", evidence_message_id="u2", evidence_text="可以把这次修改提交并推送"
+    )
     assert judge(grant.model_copy(update={"authority": "transactional"})) == ["transactional"]
 
 
 def test_it_rejects_low_confidence() -> None:
-    assert judge(fact(confidence=0.69)) == ["low_confidence"]
+    assert judge(fact_model(confidence=0.69)) == ["low_confidence"]
 
 
 def test_it_accepts_confidence_exactly_at_the_threshold() -> None:
-    assert judge(fact(confidence=0.7)) == []
+    assert judge(fact_model(confidence=0.7)) == []
 
 
 def test_it_uses_the_configured_threshold() -> None:
-    assert judge(fact(confidence=0.8), threshold=0.85) == ["low_confidence"]
+    assert judge(fact_model(confidence=0.8), threshold=0.85) == ["low_confidence"]
 
 
 def test_it_rejects_a_real_zero_confidence() -> None:
-    assert judge(fact(confidence=0.0)) == ["low_confidence"]
+    assert judge(fact_model(confidence=0.0)) == ["low_confidence"]
 
 
 def test_it_rejects_evidence_that_is_not_in_the_named_message() -> None:
-    assert judge(fact(evidence_text="我喜欢英文")) == ["evidence_missing"]
+    assert judge(fact_model(evidence_text="我喜欢英文")) == ["evidence_missing"]
 
 
 def test_it_rejects_evidence_naming_a_message_that_is_not_in_the_conversation() -> None:
-    assert judge(fact(evidence_message_id="m-injected")) == ["evidence_missing"]
+    assert judge(fact_model(evidence_message_id="m-injected")) == ["evidence_missing"]
 
 
 def test_it_rejects_evidence_found_only_in_an_assistant_message() -> None:
-    guess = fact(key="seniority", content="用户是资深工程师", evidence_message_id="a1", evidence_text="资深工程师")
+    guess = fact_model(
+        key="seniority", content="用户是资深工程师", evidence_message_id="a1", evidence_text="资深工程师"
+    )
     assert judge(guess) == ["evidence_not_user"]
 
 
 def test_it_rejects_evidence_copied_from_an_assistant_message_but_attributed_to_the_user() -> None:
-    assert judge(fact(evidence_text="资深工程师")) == ["evidence_missing"]
+    assert judge(fact_model(evidence_text="资深工程师")) == ["evidence_missing"]
 
 
 def test_it_matches_evidence_ignoring_case_spacing_and_quotes() -> None:
-    assert judge(fact(evidence_text="“python  后端开发”")) == []
+    assert judge(fact_model(evidence_text="“python  后端开发”")) == []
 
 
 def test_it_records_every_failed_rule_not_just_the_first() -> None:
-    bad = fact(
+    bad = fact_model(
         scope="thread", durability="temporary", authority="transactional", confidence=0.1, evidence_message_id="a1"
     )
     assert judge(bad) == [
@@ -170,15 +167,15 @@ def live_cards(**filters: Any) -> list[FactCard]:
 
 ARTICLE_CANDIDATES = {
     "facts": [
-        fact_data(),
-        fact_data(
+        fact_candidate(),
+        fact_candidate(
             key="database",
             content="当前仓库使用 PostgreSQL。",
             category="context",
             scope="thread",
             evidence_text="这个仓库用 PostgreSQL",
         ),
-        fact_data(
+        fact_candidate(
             key="push_permission",
             content="用户允许提交并推送修改。",
             category="context",
@@ -207,7 +204,7 @@ def test_it_saves_the_articles_preference_and_rejects_the_thread_fact_and_the_gr
 
 @pytest.mark.django_db
 def test_it_keeps_an_invalid_candidate_with_its_raw_form_and_applies_the_rest() -> None:
-    raw = {"facts": [fact_data(key="broken", confidence=1.2), fact_data()]}
+    raw = {"facts": [fact_candidate(key="broken", confidence=1.2), fact_candidate()]}
     broken, good = run_gate(raw)
     assert (broken.verdict, broken.reasons) == ("rejected", ["invalid"])
     assert broken.raw["confidence"] == 1.2 and "confidence" in broken.validation_error
@@ -218,16 +215,16 @@ def test_it_keeps_an_invalid_candidate_with_its_raw_form_and_applies_the_rest() 
 
 @pytest.mark.django_db
 def test_it_stores_nan_from_the_model_readably() -> None:
-    [bad] = run_gate({"facts": [fact_data(confidence=float("nan"))]})
+    [bad] = run_gate({"facts": [fact_candidate(confidence=float("nan"))]})
     assert bad.reasons == ["invalid"] and bad.raw["confidence"] == "nan" and bad.confidence is None
 
 
 @pytest.mark.django_db
 def test_re_extracting_the_same_fact_leaves_the_card_byte_identical(store: Store) -> None:
-    [first] = run_gate({"facts": [fact_data()]})
+    [first] = run_gate({"facts": [fact_candidate()]})
     path = store.path_for(Bucket("alice", "coder"), first.fact_id)
     before = path.read_bytes()
-    [again] = run_gate({"facts": [fact_data(confidence=0.99)]})
+    [again] = run_gate({"facts": [fact_candidate(confidence=0.99)]})
     assert (again.verdict, again.reasons) == ("rejected", ["duplicate"])
     assert again.review_state == "none"
     assert path.read_bytes() == before
@@ -236,14 +233,14 @@ def test_re_extracting_the_same_fact_leaves_the_card_byte_identical(store: Store
 
 @pytest.mark.django_db
 def test_it_finds_duplicates_within_one_batch() -> None:
-    first, second = run_gate({"facts": [fact_data(), fact_data(key="lang2")]})
+    first, second = run_gate({"facts": [fact_candidate(), fact_candidate(key="lang2")]})
     assert first.verdict == "accepted" and second.reasons == ["duplicate"]
 
 
 @pytest.mark.django_db
 def test_a_new_value_for_the_same_key_supersedes_the_old_card(store: Store) -> None:
-    [old] = run_gate({"facts": [fact_data()]})
-    english = fact_data(content="User prefers explanations in English.", evidence_text="用中文解释")
+    [old] = run_gate({"facts": [fact_candidate()]})
+    english = fact_candidate(content="User prefers explanations in English.", evidence_text="用中文解释")
     [new] = run_gate({"facts": [english]})
     assert new.verdict == "accepted"
     retired = store.read_card(Bucket("alice", "coder"), old.fact_id)
@@ -254,14 +251,14 @@ def test_a_new_value_for_the_same_key_supersedes_the_old_card(store: Store) -> N
 
 @pytest.mark.django_db
 def test_two_values_for_one_key_in_one_batch_leave_only_the_last_live() -> None:
-    a, b = run_gate({"facts": [fact_data(), fact_data(content="用户偏好中文回答。", evidence_text="中文")]})
+    a, b = run_gate({"facts": [fact_candidate(), fact_candidate(content="用户偏好中文回答。", evidence_text="中文")]})
     assert [c.id for c in live_cards()] == [b.fact_id]
     assert FactCard.objects.get(id=a.fact_id).superseded_by == b.fact_id
 
 
 @pytest.mark.django_db
 def test_an_explicit_confirmation_updates_the_confirmation_fields(store: Store) -> None:
-    [first] = run_gate({"facts": [fact_data()]})
+    [first] = run_gate({"facts": [fact_candidate()]})
     rows = [{"id": "u9", "role": "user", "content": "对，我还是希望用中文解释。"}]
     [confirmation] = run_gate(
         {
@@ -279,7 +276,7 @@ def test_an_explicit_confirmation_updates_the_confirmation_fields(store: Store) 
 
 @pytest.mark.django_db
 def test_a_confirmation_without_user_evidence_changes_nothing(store: Store) -> None:
-    [first] = run_gate({"facts": [fact_data()]})
+    [first] = run_gate({"facts": [fact_candidate()]})
     [confirmation] = run_gate(
         {"confirmations": [{"key": "response_language", "evidence_message_id": "a1", "evidence_text": "明白"}]}
     )
@@ -297,7 +294,7 @@ def test_a_confirmation_of_an_unknown_fact_is_invalid() -> None:
 
 @pytest.mark.django_db
 def test_project_facts_go_to_the_project_bucket_only_with_a_project(store: Store, memory_root: Path) -> None:
-    project_fact = fact_data(
+    project_fact = fact_candidate(
         key="database", content="仓库使用 PostgreSQL。", category="context", scope="project", evidence_text="PostgreSQL"
     )
     [without] = run_gate({"facts": [project_fact]})
@@ -343,14 +340,14 @@ def test_a_transactional_summary_never_reaches_the_profile(store: Store) -> None
 
 @pytest.mark.django_db
 def test_manual_mode_waits_for_a_reviewer() -> None:
-    [candidate] = run_gate({"facts": [fact_data()]}, mode="manual")
+    [candidate] = run_gate({"facts": [fact_candidate()]}, mode="manual")
     assert (candidate.verdict, candidate.review_state, candidate.fact_id) == ("accepted", "pending", "")
     assert live_cards() == []
 
 
 @pytest.mark.django_db
 def test_a_reviewer_approves_a_waiting_candidate(reviewer: Any) -> None:
-    [candidate] = run_gate({"facts": [fact_data()]}, mode="manual")
+    [candidate] = run_gate({"facts": [fact_candidate()]}, mode="manual")
     fact_id = gate.apply_candidate(candidate, actor="reviewer", note="looks right")
     candidate.refresh_from_db()
     assert candidate.review_state == "approved" and candidate.fact_id == fact_id
@@ -376,7 +373,7 @@ def test_a_reviewer_corrects_and_approves_a_rejected_candidate() -> None:
 
 @pytest.mark.django_db
 def test_a_reviewer_cannot_approve_nonsense_overrides() -> None:
-    [candidate] = run_gate({"facts": [fact_data(scope="thread")]})
+    [candidate] = run_gate({"facts": [fact_candidate(scope="thread")]})
     with pytest.raises(gate.ReviewError):
         gate.apply_candidate(candidate, actor="r", note="", overrides={"confidence": 3})
     with pytest.raises(gate.ReviewError):
@@ -385,15 +382,15 @@ def test_a_reviewer_cannot_approve_nonsense_overrides() -> None:
 
 @pytest.mark.django_db
 def test_approving_a_repeat_returns_the_existing_card_without_a_write() -> None:
-    [first] = run_gate({"facts": [fact_data()]})
-    [again] = run_gate({"facts": [fact_data()]})
+    [first] = run_gate({"facts": [fact_candidate()]})
+    [again] = run_gate({"facts": [fact_candidate()]})
     assert gate.apply_candidate(again, actor="r", note="") == first.fact_id
     assert FactCard.objects.get(id=first.fact_id).revision == 1
 
 
 @pytest.mark.django_db
 def test_a_reviewer_dismisses_a_candidate() -> None:
-    [candidate] = run_gate({"facts": [fact_data(scope="thread")]})
+    [candidate] = run_gate({"facts": [fact_candidate(scope="thread")]})
     gate.dismiss_candidate(candidate, actor="reviewer", note="one-off")
     candidate.refresh_from_db()
     assert candidate.review_state == "dismissed" and candidate.review_note == "one-off"

@@ -30,22 +30,9 @@ from facts.models import (
     Turn,
 )
 from facts.store import get_store
+from tests.factories import fact_candidate
 
 pytestmark = pytest.mark.django_db
-
-
-def fact(key: str, content: str, evidence: str, message: str = "u1", **extra: Any) -> dict[str, Any]:
-    return {
-        "key": key,
-        "content": content,
-        "category": "preference",
-        "scope": "user",
-        "durability": "durable",
-        "authority": "descriptive",
-        "confidence": 0.9,
-        "evidence_message_id": message,
-        "evidence_text": evidence,
-    } | extra
 
 
 def turn(thread: str, text: str, facts: list[dict[str, Any]], *, user: str = "alice", msg: str = "u1") -> dict:
@@ -110,9 +97,11 @@ def test_the_demo_in_groups_records_what_it_records_one_turn_at_a_time(tmp_path:
 def test_a_later_turn_in_the_group_replaces_the_key_an_earlier_one_saved(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     lines = [
-        turn("t1", "I use vim for everything.", [fact("editor", "Uses vim.", "I use vim")]),
-        turn("t2", "I switched to emacs for good.", [fact("editor", "Uses emacs.", "I switched to emacs")]),
-        turn("t3", "I use vim for everything.", [fact("other", "Uses emacs.", "I use vim")]),  # duplicate content
+        turn("t1", "I use vim for everything.", [fact_candidate("editor", "Uses vim.", "I use vim")]),
+        turn("t2", "I switched to emacs for good.", [fact_candidate("editor", "Uses emacs.", "I switched to emacs")]),
+        turn(
+            "t3", "I use vim for everything.", [fact_candidate("other", "Uses emacs.", "I use vim")]
+        ),  # duplicate content
     ]
     path.write_text("\n".join(json.dumps(line) for line in lines))
     results = ingest(path, 16)
@@ -128,8 +117,8 @@ def test_a_later_turn_in_the_group_replaces_the_key_an_earlier_one_saved(tmp_pat
 
 
 def test_a_thread_that_comes_back_starts_a_new_group_so_no_message_is_extracted_twice() -> None:
-    first = turn("t1", "I use vim for everything.", [fact("editor", "Uses vim.", "I use vim")])
-    again = turn("t1", "I use vim for everything.", [fact("editor2", "Really uses vim.", "I use vim")])
+    first = turn("t1", "I use vim for everything.", [fact_candidate("editor", "Uses vim.", "I use vim")])
+    again = turn("t1", "I use vim for everything.", [fact_candidate("editor2", "Really uses vim.", "I use vim")])
     cleaned = [
         (clean_turn(**{k: v for k, v in t.items() if k != "model_output"}), t["model_output"]) for t in (first, again)
     ]
@@ -153,7 +142,7 @@ def test_a_disk_failure_loses_the_whole_group_and_leaves_no_half_recorded_run(
 ) -> None:
     path = tmp_path / "t.jsonl"
     lines = [
-        turn(f"t{i}", f"I like tool {i}.", [fact(f"tool_{i}", f"Likes tool {i}.", f"I like tool {i}")])
+        turn(f"t{i}", f"I like tool {i}.", [fact_candidate(f"tool_{i}", f"Likes tool {i}.", f"I like tool {i}")])
         for i in range(3)
     ]
     path.write_text("\n".join(json.dumps(line) for line in lines))

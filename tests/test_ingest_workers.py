@@ -18,6 +18,7 @@ import pytest
 
 from facts.ingestion import clean_turn
 from facts.management.commands.ingest import _split
+from tests.factories import fact_candidate
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -33,31 +34,26 @@ def turn(user: str, thread: str, text: str, facts: list[dict[str, Any]], project
     }
 
 
-def fact(key: str, content: str, evidence: str, scope: str = "user") -> dict[str, Any]:
-    return {
-        "key": key,
-        "content": content,
-        "category": "context",
-        "scope": scope,
-        "durability": "durable",
-        "authority": "descriptive",
-        "confidence": 0.9,
-        "evidence_message_id": "",  # set below
-        "evidence_text": evidence,
-    }
-
-
 def lines() -> list[str]:
     out: list[str] = []
     for n in range(12):
         user = f"user-{n % 4}"
         project = "shared" if n % 3 == 0 else ""
         text = f"I am on team {n % 5}. Our repo uses tool {n % 2}."
-        facts = [fact("team", f"On team {n % 5}.", f"I am on team {n % 5}")]
+        facts = [fact_candidate("team", f"On team {n % 5}.", f"I am on team {n % 5}", "", category="context")]
         if project:  # every third line writes the same project key: order decides the winner
-            facts.append(fact("repo_tool", f"The repo uses tool {n % 2}.", f"Our repo uses tool {n % 2}", "project"))
+            facts.append(
+                fact_candidate(
+                    "repo_tool",
+                    f"The repo uses tool {n % 2}.",
+                    f"Our repo uses tool {n % 2}",
+                    "",
+                    category="context",
+                    scope="project",
+                )
+            )
         line = turn(user, f"t{n}", text, facts, project)
-        for f in line["model_output"]["facts"]:
+        for f in line["model_output"]["facts"]:  # the message id depends on the thread
             f["evidence_message_id"] = f"t{n}-u1"
         out.append(json.dumps(line))
         if n == 5:

@@ -20,9 +20,6 @@ pytestmark = pytest.mark.django_db
 THREAD = {"user_id": "alice", "agent_name": "coder", "thread_id": "t1"}
 
 
-fact = fact_candidate
-
-
 def turn(
     user_text: str = "我主要做 Python 后端开发，平时请用中文解释技术问题。", uid: str = "u1", aid: str = "a1"
 ) -> list:
@@ -51,7 +48,7 @@ def test_it_waits_for_the_debounce_window(openai_stub: OpenAIStub) -> None:
 
 
 def test_two_turns_in_the_debounce_window_make_one_extraction(openai_stub: OpenAIStub) -> None:
-    openai_stub.reply_tool_call({"facts": [fact()]})
+    openai_stub.reply_tool_call({"facts": [fact_candidate()]})
     first = record_turn(**THREAD, messages=turn())
     second = record_turn(**THREAD, messages=turn("我也常用 Go 写小工具", "u2", "a2"))
     outcome = process_thread(**THREAD, now=later())
@@ -74,7 +71,7 @@ def test_the_window_runs_from_the_latest_turn(openai_stub: OpenAIStub) -> None:
 
 
 def test_a_flush_processes_at_once(openai_stub: OpenAIStub) -> None:
-    openai_stub.reply_tool_call({"facts": [fact()]})
+    openai_stub.reply_tool_call({"facts": [fact_candidate()]})
     record_turn(**THREAD, messages=turn(), flush=True)
     # The immediate task backend of the tests has already run the worker task.
     assert Turn.objects.get().status == "done"
@@ -82,7 +79,7 @@ def test_a_flush_processes_at_once(openai_stub: OpenAIStub) -> None:
 
 
 def test_the_same_message_id_posted_twice_is_extracted_once(openai_stub: OpenAIStub) -> None:
-    openai_stub.reply_tool_call({"facts": [fact()]})
+    openai_stub.reply_tool_call({"facts": [fact_candidate()]})
     record_turn(**THREAD, messages=turn())
     again = record_turn(**THREAD, messages=turn())
     assert again.accepted == 0 and again.turn_ids == []
@@ -118,7 +115,7 @@ def test_a_model_failure_leaves_the_turns_pending_with_the_error(openai_stub: Op
     assert ExtractionRun.objects.get().status == "failed"
     assert ExtractedMessage.objects.count() == 0
     # The retry after the backoff succeeds and nothing was lost.
-    openai_stub.reply_tool_call({"facts": [fact()]})
+    openai_stub.reply_tool_call({"facts": [fact_candidate()]})
     assert process_thread(**THREAD, now=later(3600)).status == "done"
     assert Turn.objects.get().status == "done"
     assert FactCard.objects.count() == 1
@@ -130,7 +127,7 @@ def test_after_the_last_attempt_the_turns_are_failed_and_can_be_retried(openai_s
     record_turn(**THREAD, messages=turn())
     process_thread(**THREAD, now=later())
     assert Turn.objects.get().status == "failed"
-    openai_stub.reply_tool_call({"facts": [fact()]})
+    openai_stub.reply_tool_call({"facts": [fact_candidate()]})
     call_command("process_turns", "--retry-failed", "--force", stdout=_Null())
     assert Turn.objects.get().status == "done"
 
@@ -143,7 +140,7 @@ def test_a_turn_without_user_words_is_skipped_without_a_model_call(openai_stub: 
 
 
 def test_it_passes_the_project_of_the_turn_to_the_gate(openai_stub: OpenAIStub) -> None:
-    rule = fact(
+    rule = fact_candidate(
         key="db", content="仓库使用 PostgreSQL。", scope="project", category="context", evidence_text="PostgreSQL"
     )
     openai_stub.reply_tool_call({"facts": [rule]})
@@ -152,7 +149,7 @@ def test_it_passes_the_project_of_the_turn_to_the_gate(openai_stub: OpenAIStub) 
 
 
 def test_it_records_rejected_candidates_for_review(openai_stub: OpenAIStub) -> None:
-    openai_stub.reply_tool_call({"facts": [fact(scope="thread")]})
+    openai_stub.reply_tool_call({"facts": [fact_candidate(scope="thread")]})
     record_turn(**THREAD, messages=turn(), flush=True)
     assert Candidate.objects.get().reasons == ["scope_thread"]
 
@@ -219,7 +216,7 @@ def test_the_task_is_never_due_before_the_window_the_worker_checks(settings: Any
     from django_tasks_db.models import DBTaskResult
 
     settings.TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
-    openai_stub.reply_tool_call({"facts": [fact()]})
+    openai_stub.reply_tool_call({"facts": [fact_candidate()]})
     record_turn(**THREAD, messages=turn())
     record_turn(**THREAD, messages=turn("我也常用 Go 写小工具", "u2", "a2"))
     last = DBTaskResult.objects.order_by("run_after").last()
@@ -228,7 +225,7 @@ def test_the_task_is_never_due_before_the_window_the_worker_checks(settings: Any
 
 
 def test_run_turns_now_replays_model_output_without_calling_a_model(openai_stub: OpenAIStub) -> None:
-    result = run_turns_now(**THREAD, messages=turn(), model_output={"facts": [fact()]})
+    result = run_turns_now(**THREAD, messages=turn(), model_output={"facts": [fact_candidate()]})
     assert result.saved == 1 and result.roles == ["user", "assistant"]
     assert openai_stub.requests == []
     assert ExtractionRun.objects.get().replay is True
@@ -236,7 +233,7 @@ def test_run_turns_now_replays_model_output_without_calling_a_model(openai_stub:
 
 
 def test_the_pipeline_sends_profile_and_facts_as_reference_only(openai_stub: OpenAIStub) -> None:
-    run_turns_now(**THREAD, messages=turn(), model_output={"facts": [fact()]})
+    run_turns_now(**THREAD, messages=turn(), model_output={"facts": [fact_candidate()]})
     openai_stub.reply_tool_call({"facts": []})
     record_turn(**THREAD, messages=turn("我最近在学 Rust", "u5", "a5"), flush=True)
     payload = openai_stub.requests[0]["messages"][1]["content"]
@@ -256,7 +253,7 @@ class _Null:
 
 
 def test_a_confidence_of_1_2_from_the_model_invalidates_only_that_candidate(openai_stub: OpenAIStub) -> None:
-    openai_stub.reply_tool_call({"facts": [fact(key="too_sure", confidence=1.2), fact()]})
+    openai_stub.reply_tool_call({"facts": [fact_candidate(key="too_sure", confidence=1.2), fact_candidate()]})
     record_turn(**THREAD, messages=turn(), flush=True)
     bad, good = Candidate.objects.order_by("position")
     assert (bad.verdict, bad.reasons, bad.raw["confidence"]) == ("rejected", ["invalid"], 1.2)
@@ -278,7 +275,7 @@ def test_a_disk_failure_while_writing_cards_leaves_the_turns_pending(openai_stub
     def disk_full(path, text):
         raise OSError(28, "No space left on device")
 
-    openai_stub.reply_tool_call({"facts": [fact()]})
+    openai_stub.reply_tool_call({"facts": [fact_candidate()]})
     record_turn(**THREAD, messages=turn())
     monkeypatch.setattr(store_module, "_write_temp", disk_full)
     outcome = process_thread(**THREAD, now=later())
@@ -288,6 +285,6 @@ def test_a_disk_failure_while_writing_cards_leaves_the_turns_pending(openai_stub
     assert Candidate.objects.count() == 0 and ExtractedMessage.objects.count() == 0
     assert FactCard.objects.count() == 0
     monkeypatch.undo()
-    openai_stub.reply_tool_call({"facts": [fact()]})
+    openai_stub.reply_tool_call({"facts": [fact_candidate()]})
     assert process_thread(**THREAD, now=later(3600)).status == "done"
     assert FactCard.objects.count() == 1 and Candidate.objects.get().fact_id == FactCard.objects.get().id

@@ -6,12 +6,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
+from facts.filtering import INJECTED_ORIGINS, filter_messages
 from memoryadmin.client import MemoryClient
-from memoryadmin.langchain_memory import LongTermMemoryMiddleware, MemoryFlushingSummarization, make_memory_search_tool
+from memoryadmin.langchain_memory import (
+    LongTermMemoryMiddleware,
+    MemoryFlushingSummarization,
+    is_injected,
+    make_memory_search_tool,
+    memory_message,
+)
 from memoryadmin.memory_protocol import MemoryContext, MemoryUnavailable
 from tests.test_middleware_fakes import RecordingMemory, ScriptedChatModel
 
@@ -307,3 +315,19 @@ def test_the_async_hooks_behave_like_the_sync_ones() -> None:
     assert any(flush for _, _, flush in memory.turns)
     state = agent.get_state({"configurable": {"thread_id": "async"}}).values
     assert not any(is_memory(m) for m in state["messages"])
+
+
+@pytest.mark.parametrize("origin", sorted(INJECTED_ORIGINS))
+def test_it_never_takes_what_the_runtime_injected_for_the_users_words(origin: str) -> None:
+    """The middleware and the write side's filter agree on what was injected."""
+    injected = HumanMessage(content="用户偏好用中文解释技术问题。", id="i1", additional_kwargs={"origin": origin})
+    assert is_injected(injected)
+    assert filter_messages([injected]) == []
+
+
+def test_the_memory_block_it_injects_is_never_extracted_as_the_users_words() -> None:
+    block = memory_message("<memory>用户偏好用中文解释技术问题。</memory>")
+    assert is_injected(block)
+    assert filter_messages([block, HumanMessage(content="请解释一下这段代码", id="u1")]) == [
+        {"id": "u1", "role": "user", "content": "请解释一下这段代码"}
+    ]

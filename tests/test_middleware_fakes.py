@@ -112,7 +112,7 @@ class ReplayExtractor(BaseChatModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    # (phrase, facts, summaries): facts/summaries without the evidence fields.
+    # (phrase, facts, summaries): the evidence fields of each are replaced by the row and phrase.
     rules: list[tuple[str, list[dict[str, Any]], list[dict[str, Any]]]] = Field(default_factory=list)
     conversations: list[list[dict[str, Any]]] = Field(default_factory=list)
 
@@ -142,15 +142,3 @@ class ReplayExtractor(BaseChatModel):
                     update["summaries"] += [{**summary, **evidence} for summary in summaries]
         call = {"name": "MemoryUpdate", "args": update, "id": "extract-1", "type": "tool_call"}
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content="", tool_calls=[call]))])
-
-
-def fact(key: str, content: str, category: str = "preference", **labels: Any) -> dict[str, Any]:
-    return {
-        "key": key,
-        "content": content,
-        "category": category,
-        "scope": labels.get("scope", "user"),
-        "durability": labels.get("durability", "durable"),
-        "authority": labels.get("authority", "descriptive"),
-        "confidence": labels.get("confidence", 0.9),
-    }

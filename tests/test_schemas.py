@@ -8,16 +8,12 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from facts.schemas import Confirmation, FactCandidate, MemoryUpdate, SummaryCandidate, parse_update
-from tests.factories import fact_candidate
-
-
-def fact(**overrides: Any) -> dict[str, Any]:
-    return fact_candidate(**{"evidence_message_id": "m1", **overrides})
+from facts.schemas import Confirmation, MemoryUpdate, SummaryCandidate, parse_update
+from tests.factories import fact_candidate, fact_model
 
 
 def test_it_accepts_a_well_formed_fact() -> None:
-    candidate = FactCandidate.model_validate(fact())
+    candidate = fact_model()
     assert candidate.key == "response_language"
     assert candidate.confidence == 0.9
 
@@ -25,12 +21,12 @@ def test_it_accepts_a_well_formed_fact() -> None:
 @pytest.mark.parametrize("confidence", [1.2, -0.1, math.nan, math.inf, -math.inf, "high", True, None])
 def test_it_rejects_confidence_outside_zero_to_one_or_not_finite(confidence: Any) -> None:
     with pytest.raises(ValidationError):
-        FactCandidate.model_validate(fact(confidence=confidence))
+        fact_model(confidence=confidence)
 
 
 @pytest.mark.parametrize("confidence", [0, 0.0, 1, 1.0, 0.7])
 def test_it_keeps_edge_confidences_including_a_real_zero(confidence: float) -> None:
-    assert FactCandidate.model_validate(fact(confidence=confidence)).confidence == float(confidence)
+    assert fact_model(confidence=confidence).confidence == float(confidence)
 
 
 @pytest.mark.parametrize(
@@ -39,22 +35,22 @@ def test_it_keeps_edge_confidences_including_a_real_zero(confidence: float) -> N
 )
 def test_it_rejects_unknown_enum_values(field: str, value: str) -> None:
     with pytest.raises(ValidationError):
-        FactCandidate.model_validate(fact(**{field: value}))
+        fact_model(**{field: value})
 
 
 @pytest.mark.parametrize("field", ["evidence_text", "evidence_message_id", "content", "key"])
 def test_it_rejects_empty_evidence_content_and_key(field: str) -> None:
     with pytest.raises(ValidationError):
-        FactCandidate.model_validate(fact(**{field: "   "}))
+        fact_model(**{field: "   "})
 
 
 def test_it_rejects_overlong_content() -> None:
     with pytest.raises(ValidationError):
-        FactCandidate.model_validate(fact(content="x" * 401))
+        fact_model(content="x" * 401)
 
 
 def test_it_normalizes_keys_so_spellings_of_one_attribute_agree() -> None:
-    assert FactCandidate.model_validate(fact(key=" Response-Language ")).key == "response_language"
+    assert fact_model(key=" Response-Language ").key == "response_language"
 
 
 def test_it_validates_summary_sections() -> None:
@@ -78,7 +74,9 @@ def test_it_allows_an_empty_update() -> None:
 
 
 def test_it_validates_each_candidate_alone_so_one_bad_value_never_sinks_the_batch() -> None:
-    parsed = parse_update({"facts": [fact(), fact(confidence=1.2, key="other"), "not an object"], "summaries": None})
+    parsed = parse_update(
+        {"facts": [fact_candidate(), fact_candidate(confidence=1.2, key="other"), "not an object"], "summaries": None}
+    )
     assert [p.valid for p in parsed] == [True, False, False]
     assert "confidence" in parsed[1].error
     assert parsed[1].raw["confidence"] == 1.2

@@ -10,7 +10,9 @@ import pytest
 
 from facts.enums import CardStatus
 from facts.writer import save_card
+from memoryadmin.langchain_memory import LocalMemory, MemoryContext
 from retrieval import search as S
+from retrieval.limits import clamp_limit
 from retrieval.search import decay_for, final_score, memory_search_json, search
 from retrieval.tokens import count_tokens
 from tests.conftest import FIXED_NOW
@@ -178,6 +180,21 @@ def test_memory_search_json_has_the_tool_fields_and_clamps_the_limit(make_card) 
     assert set(items[0]) == {"id", "content", "category", "confidence", "score"}
     assert len(json.loads(memory_search_json("testing", user_id="alice", agent_name="coder", limit=0))) == 1
     assert len(json.loads(memory_search_json("testing", user_id="alice", agent_name="coder", limit="x"))) == 5
+
+
+@pytest.mark.parametrize(("asked", "given"), [(0, 1), (-3, 1), (1, 1), (7, 7), (10, 10), (11, 10), (10**30, 10),
+                                             ("4", 4), ("lots", 5), (None, 5), (math.inf, 5)])  # fmt: skip
+def test_it_holds_an_agents_search_limit_to_one_through_ten(asked: object, given: int) -> None:
+    assert clamp_limit(asked) == given
+
+
+def test_the_in_process_memory_holds_the_same_limit_as_the_tool(make_card) -> None:
+    for i in range(14):
+        save_card(make_card(content=f"User note {i} about testing"), actor="t")
+    memory = LocalMemory()
+    alice = MemoryContext(user_id="alice", agent_name="coder")
+    assert len(memory.search(alice, "testing", limit=50)) == 10
+    assert len(memory.search(alice, "testing", limit=0)) == 1
 
 
 def test_memory_search_json_drops_results_from_the_end_to_fit_the_token_cap(make_card, settings) -> None:

@@ -92,7 +92,8 @@ def filtered_facts(data: dict[str, Any]) -> tuple[QuerySet[FactCard], str]:
         )
         order = {fact_id: n for n, fact_id in enumerate(ids)}
         found = {row.id: row for row in rows.filter(id__in=ids)}
-        return [found[i] for i in sorted(found, key=order.__getitem__)], "Ranked by the search index (live cards only)."  # type: ignore[return-value]
+        ranked = [found[i] for i in sorted(found, key=order.__getitem__)]
+        return ranked, "Ranked by the search index (live cards only)."  # type: ignore[return-value]
     return rows.order_by("-updated_at", "id"), note
 
 
