@@ -10,7 +10,8 @@ import pytest
 
 from facts.enums import CardStatus
 from facts.writer import save_card
-from memoryadmin.langchain_memory import LocalMemory, MemoryContext
+from memoryadmin.client import LocalMemory
+from memoryadmin.memory_protocol import MemoryContext
 from retrieval import search as S
 from retrieval.limits import clamp_limit
 from retrieval.search import decay_for, final_score, memory_search_json, search
