@@ -1,0 +1,46 @@
+"""Files written by an earlier version read and write back byte for byte.
+
+The files under tests/data/file_format were written by `manage.py demo` (and a
+reviewer's profile edit) before the store was split into modules and `Source` and
+`SectionSource` became one model: memory on disk must not change with the code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from facts.store import Bucket, Store, dump_card, dump_profile, parse_card, parse_profile
+
+DATA = Path(__file__).parent / "data" / "file_format"
+CARDS = ["superseded_card.md", "confirmed_card.md", "project_card.md"]
+
+
+@pytest.mark.parametrize("name", CARDS)
+def test_it_writes_an_old_card_back_byte_for_byte(name: str, tmp_path: Path) -> None:
+    text = (DATA / name).read_text(encoding="utf-8")
+    card = parse_card(text, DATA / name)
+    assert dump_card(card) == text
+    store = Store(tmp_path)
+    path = store.write_card(card)
+    assert path.read_text(encoding="utf-8") == text
+    assert store.read_card(Bucket.of(card), card.id) == card
+
+
+def test_it_writes_an_old_profile_back_byte_for_byte(tmp_path: Path) -> None:
+    text = (DATA / "memory.json").read_text(encoding="utf-8")
+    profile = parse_profile(text, DATA / "memory.json")
+    assert dump_profile(profile) == text
+    store = Store(tmp_path)
+    path = store.write_profile(profile)
+    assert path.read_text(encoding="utf-8") == text
+    assert store.read_profile(profile.user_id) == profile
+
+
+def test_it_keeps_who_edited_a_profile_section_and_where_a_summary_came_from() -> None:
+    profile = parse_profile((DATA / "memory.json").read_text(encoding="utf-8"), DATA / "memory.json")
+    edited = profile.section("cognitiveStyle").source
+    assert edited is not None and edited.actor == "reviewer@example.com" and edited.kind == "manual"
+    extracted = profile.section("workContext").source
+    assert extracted is not None and extracted.actor is None and extracted.message_id == "lw1-u1"
