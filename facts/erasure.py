@@ -44,6 +44,9 @@ from django.db import connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from .cardfile import Card
+from .errors import CardParseError
+from .ids import normalize_agent, normalize_id
 from .models import (
     AuditEvent,
     Candidate,
@@ -57,7 +60,8 @@ from .models import (
     ProfileSection,
     Turn,
 )
-from .store import Bucket, Card, CardParseError, Profile, Section, Store, get_store, normalize_agent, normalize_id
+from .profilefile import Profile, Section
+from .store import Bucket, Store, get_store
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,9 @@ from typing import Any
 from django import forms
 
 from .enums import PROFILE_SECTIONS, CardStatus, Category, choices
+from .errors import InvalidId
+from .ids import normalize_agent, normalize_id
 from .models import AuditEvent, Candidate
-from .store import InvalidId, normalize_agent, normalize_id
 
 ANY = [("", "any")]
 REASON_CODES = (

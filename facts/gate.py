@@ -24,11 +24,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from . import writer
+from .cardfile import Card, Source, now_utc
 from .enums import PROFILE_SECTIONS, Authority, CardStatus, Category, Durability, Scope, SourceKind
 from .filtering import Row
+from .ids import new_fact_id
 from .models import AuditEvent, Candidate, ExtractionRun, FactCard
+from .profilefile import Profile, Section, SectionSource
 from .schemas import Confirmation, FactCandidate, Parsed, SummaryCandidate, normalize_key
-from .store import Bucket, Card, Profile, Section, SectionSource, Source, Store, get_store, new_fact_id, now_utc
+from .store import Bucket, Store, get_store
 
 # Stable reason codes (shown in the dashboard, used by tests).
 SCOPE_THREAD = "scope_thread"

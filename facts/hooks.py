@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .store import Card, Profile
+    from .cardfile import Card
+    from .profilefile import Profile
 
 log = logging.getLogger(__name__)
 

@@ -13,22 +13,12 @@ from typing import Any
 
 from django.db import transaction
 
+from .cardfile import Card, dump_card, file_digest, parse_card
+from .errors import CardParseError, InvalidId, RevisionConflict
+from .ids import normalize_agent, normalize_id, shard
 from .models import FactCard, FactRevision, ProfileSection
-from .store import (
-    Card,
-    CardParseError,
-    InvalidId,
-    Profile,
-    RevisionConflict,
-    Store,
-    dump_card,
-    file_digest,
-    normalize_agent,
-    normalize_id,
-    parse_card,
-    parse_profile,
-    shard,
-)
+from .profilefile import Profile, parse_profile
+from .store import Store
 from .writer import mirror_profile, mirror_row, upsert_mirror
 
 Progress = Callable[[int, int], None]

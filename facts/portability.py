@@ -36,6 +36,9 @@ from django.core.management.color import no_style
 from django.db import connection, models
 
 from . import writer
+from .cardfile import Card, parse_card
+from .errors import CardParseError, InvalidId
+from .ids import normalize_id
 from .models import (
     AuditEvent,
     Candidate,
@@ -48,18 +51,8 @@ from .models import (
     ProfileSection,
     Turn,
 )
-from .store import (
-    Bucket,
-    Card,
-    CardParseError,
-    InvalidId,
-    Profile,
-    Store,
-    get_store,
-    normalize_id,
-    parse_card,
-    parse_profile,
-)
+from .profilefile import Profile, parse_profile
+from .store import Bucket, Store, get_store
 
 FORMAT = "memory-curation/user-export"
 FORMAT_VERSION = 1

@@ -28,7 +28,9 @@ from django_htmx.http import trigger_client_event
 
 from . import writer
 from .access import ADMINISTER, CURATE
+from .cardfile import Card, now_utc, parse_card
 from .enums import CardStatus, Category
+from .errors import CardParseError, InvalidId, RevisionConflict
 from .forms import (
     CorrectForm,
     DeleteForm,
@@ -38,18 +40,9 @@ from .forms import (
     ResolveForm,
     ReviewByForm,
 )
+from .ids import check_fact_id
 from .models import AuditEvent, Candidate, ExtractionRun, FactCard, FactRevision, FactUsage, ProfileSection
-from .store import (
-    Bucket,
-    Card,
-    CardParseError,
-    InvalidId,
-    RevisionConflict,
-    check_fact_id,
-    get_store,
-    now_utc,
-    parse_card,
-)
+from .store import Bucket, get_store
 
 PAGE_SIZE = 50
 # Bounds staleness after changes that leave no trace in the fingerprint (a CLI reindex).

@@ -21,9 +21,9 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from . import erasure
 from .access import ADMINISTER
+from .errors import InvalidId, LockTimeout
 from .forms import EraseForm, ForgetThreadForm, PageForm, UserPick
 from .models import FactCard, ProfileSection, Turn
-from .store import InvalidId, LockTimeout
 from .views import actor_of, changed, page_of
 
 SHOWN_IDS = 50

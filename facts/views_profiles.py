@@ -16,10 +16,13 @@ from django.views.decorators.http import require_GET, require_POST
 
 from . import writer
 from .access import CURATE
+from .cardfile import now_utc
 from .enums import HISTORY_SECTIONS, PROFILE_SECTIONS, USER_SECTIONS, SourceKind
+from .errors import InvalidId, RevisionConflict
 from .forms import PageForm, ProfileSectionForm, UserPick
 from .models import AuditEvent, ProfileRevision, ProfileSection
-from .store import InvalidId, Profile, RevisionConflict, Section, SectionSource, get_store, now_utc
+from .profilefile import Profile, Section, SectionSource
+from .store import get_store
 from .views import actor_of, audit, diff_lines, page_of
 
 

@@ -19,9 +19,9 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from .access import CURATE
 from .enums import CardStatus
+from .errors import LockTimeout, RevisionConflict
 from .forms import ApproveForm, BulkForm, CandidateFilters, DismissForm, day_end, day_start
 from .models import Candidate, FactCard
-from .store import LockTimeout, RevisionConflict
 from .views import actor_of, changed, open_candidates, page_of, query_without_page
 
 BULK_LIMIT = 500

@@ -19,24 +19,13 @@ from pathlib import Path
 from django.db import transaction
 
 from . import bulk, hooks
+from .atomic import atomic_write, atomic_write_many, remove_file
+from .cardfile import Card, dump_card, file_digest, now_utc
+from .errors import InvalidId, RevisionConflict
+from .ids import normalize_agent
 from .models import FactCard, FactRevision, ProfileRevision, ProfileSection
-from .store import (
-    Bucket,
-    Card,
-    InvalidId,
-    Profile,
-    RevisionConflict,
-    Store,
-    atomic_write,
-    atomic_write_many,
-    dump_card,
-    dump_profile,
-    file_digest,
-    get_store,
-    normalize_agent,
-    now_utc,
-    remove_file,
-)
+from .profilefile import Profile, dump_profile
+from .store import Bucket, Store, get_store
 
 log = logging.getLogger(__name__)
 

@@ -82,7 +82,8 @@ class GoldenForm(ScopeForm):
     expected = forms.CharField(max_length=2000, help_text="comma-separated fact ids, best first")
 
     def clean_expected(self) -> list[str]:
-        from facts.store import InvalidId, check_fact_id
+        from facts.errors import InvalidId
+        from facts.ids import check_fact_id
 
         ids = [i.strip() for i in self.cleaned_data["expected"].split(",") if i.strip()]
         try:

@@ -15,8 +15,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from facts.access import ADMINISTER, CURATE
+from facts.errors import InvalidId
 from facts.models import AuditEvent, FactCard
-from facts.store import InvalidId
 from facts.views import audit
 
 from .forms import AgentSettingsForm, GoldenCheckForm, GoldenForm, PreviewForm, SearchForm, settings_of

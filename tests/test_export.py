@@ -20,6 +20,7 @@ from django.urls import reverse
 
 from facts import erasure, portability
 from facts.demo import load_demo
+from facts.ids import normalize_id
 from facts.models import (
     AuditEvent,
     Candidate,
@@ -32,7 +33,7 @@ from facts.models import (
     ProfileSection,
     Turn,
 )
-from facts.store import Store, normalize_id
+from facts.store import Store
 from retrieval.models import GoldenQuery
 from retrieval.search import search
 

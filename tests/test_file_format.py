@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from facts.store import Bucket, Store, dump_card, dump_profile, parse_card, parse_profile
+from facts.cardfile import dump_card, parse_card
+from facts.profilefile import dump_profile, parse_profile
+from facts.store import Bucket, Store
 
 DATA = Path(__file__).parent / "data" / "file_format"
 CARDS = ["superseded_card.md", "confirmed_card.md", "project_card.md"]

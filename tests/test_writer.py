@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from facts import hooks
+from facts.errors import RevisionConflict
 from facts.models import FactCard, FactRevision, ProfileRevision, ProfileSection
-from facts.store import Bucket, RevisionConflict, Section, Store
+from facts.profilefile import Section
+from facts.store import Bucket, Store
 from facts.writer import Delete, Put, commit, commit_profile, save_card, update_card
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from facts import erasure
-from facts.store import InvalidId
+from facts.errors import InvalidId
 
 SHOWN_IDS = 20
 

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from facts import portability
-from facts.store import InvalidId
+from facts.errors import InvalidId
 
 
 class Command(BaseCommand):

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from facts import portability
-from facts.store import StoreError
+from facts.errors import StoreError
 
 
 class Command(BaseCommand):
