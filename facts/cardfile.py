@@ -41,6 +41,10 @@ def _encodable(value: Any) -> Any:
 
 
 class Source(BaseModel):
+    """Where a card or a profile section came from: the run, thread and user message
+    that are its evidence. `actor` is who edited or approved a profile section; a card
+    has none (its revisions name who wrote each one), so its file never holds one."""
+
     model_config = ConfigDict(extra="ignore")
 
     kind: SourceKind = SourceKind.MANUAL
@@ -48,8 +52,9 @@ class Source(BaseModel):
     thread_id: str | None = None
     message_id: str | None = None
     evidence_text: str | None = None
+    actor: str | None = None
 
-    _unicode = field_validator("run_id", "thread_id", "message_id", "evidence_text")(_encodable)
+    _unicode = field_validator("run_id", "thread_id", "message_id", "evidence_text", "actor")(_encodable)
 
 
 class Card(BaseModel):
@@ -93,6 +98,13 @@ class Card(BaseModel):
 
     _unicode = field_validator("key", "user_id", "project_id")(_encodable)
 
+    @field_validator("source")
+    @classmethod
+    def _no_actor(cls, value: Source) -> Source:
+        # An `actor:` typed into a card file by hand is ignored, as it always was: the
+        # file would lose it on the next write.
+        return value if value.actor is None else value.model_copy(update={"actor": None})
+
     @field_validator("created_at", "updated_at", "last_confirmed_at", "expires_at", "review_by")
     @classmethod
     def _aware(cls, value: datetime | None) -> datetime | None:
@@ -122,7 +134,7 @@ _FRONT_ORDER = (
 
 
 def _front_matter(card: Card) -> dict[str, Any]:
-    data = card.model_dump(mode="python")
+    data = card.model_dump(mode="python", exclude={"source": {"actor"}})
     meta: dict[str, Any] = {}
     for name in _FRONT_ORDER:
         value = data[name]

@@ -29,7 +29,7 @@ from .enums import PROFILE_SECTIONS, Authority, CardStatus, Category, Durability
 from .filtering import Row
 from .ids import new_fact_id
 from .models import AuditEvent, Candidate, ExtractionRun, FactCard
-from .profilefile import Profile, Section, SectionSource
+from .profilefile import Profile, Section
 from .schemas import Confirmation, FactCandidate, Parsed, SummaryCandidate, normalize_key
 from .store import Bucket, Store, get_store
 
@@ -531,7 +531,7 @@ def _write_summaries(
                 Section(
                     summary=summary.summary,
                     updated_at=at,
-                    source=SectionSource(
+                    source=Source(
                         kind=SourceKind.EXTRACTION,
                         run_id=str(run.pk),
                         thread_id=ctx.thread_id or None,
@@ -640,7 +640,7 @@ def apply_candidate(
                 Section(
                     summary=summary,
                     updated_at=at,
-                    source=SectionSource(**source.model_dump(), actor=actor),
+                    source=source.model_copy(update={"actor": actor}),
                 ),
             )
             return profile

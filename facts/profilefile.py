@@ -14,19 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from .enums import HISTORY_SECTIONS, USER_SECTIONS, SourceKind
+from .cardfile import Source
+from .enums import HISTORY_SECTIONS, USER_SECTIONS
 from .errors import CardParseError
-
-
-class SectionSource(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    kind: SourceKind = SourceKind.MANUAL
-    run_id: str | None = None
-    thread_id: str | None = None
-    message_id: str | None = None
-    evidence_text: str | None = None
-    actor: str | None = None
 
 
 class Section(BaseModel):
@@ -34,7 +24,7 @@ class Section(BaseModel):
 
     summary: str = ""
     updated_at: datetime | None = None
-    source: SectionSource | None = None
+    source: Source | None = None
 
 
 def _sections(names: tuple[str, ...]) -> type[BaseModel]:

@@ -16,12 +16,12 @@ from django.views.decorators.http import require_GET, require_POST
 
 from . import writer
 from .access import CURATE
-from .cardfile import now_utc
+from .cardfile import Source, now_utc
 from .enums import HISTORY_SECTIONS, PROFILE_SECTIONS, USER_SECTIONS, SourceKind
 from .errors import InvalidId, RevisionConflict
 from .forms import PageForm, ProfileSectionForm, UserPick
 from .models import AuditEvent, ProfileRevision, ProfileSection
-from .profilefile import Profile, Section, SectionSource
+from .profilefile import Profile, Section
 from .store import get_store
 from .views import actor_of, audit, diff_lines, page_of
 
@@ -126,9 +126,7 @@ def profile_edit(request: HttpRequest) -> HttpResponse:
             return profile
         profile.set_section(
             name,
-            Section(
-                summary=data["summary"], updated_at=now_utc(), source=SectionSource(kind=SourceKind.MANUAL, actor=actor)
-            ),
+            Section(summary=data["summary"], updated_at=now_utc(), source=Source(kind=SourceKind.MANUAL, actor=actor)),
         )
         return profile
 

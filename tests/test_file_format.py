@@ -2,7 +2,8 @@
 
 The files under tests/data/file_format were written by `manage.py demo` (and a
 reviewer's profile edit) before the store was split into modules and `Source` and
-`SectionSource` became one model: memory on disk must not change with the code.
+`SectionSource` became one model (`facts.cardfile.Source`): memory on disk must not
+change with the code.
 """
 
 from __future__ import annotations
@@ -46,3 +47,13 @@ def test_it_keeps_who_edited_a_profile_section_and_where_a_summary_came_from() -
     assert edited is not None and edited.actor == "reviewer@example.com" and edited.kind == "manual"
     extracted = profile.section("workContext").source
     assert extracted is not None and extracted.actor is None and extracted.message_id == "lw1-u1"
+
+
+def test_it_ignores_an_actor_typed_into_a_card_file_as_before() -> None:
+    text = (DATA / "confirmed_card.md").read_text(encoding="utf-8")
+    edited = text.replace("  kind: extraction\n", "  kind: extraction\n  actor: someone\n")
+    assert edited != text
+    card = parse_card(edited, DATA / "confirmed_card.md")
+    assert card.source.actor is None
+    assert card == parse_card(text, DATA / "confirmed_card.md")
+    assert dump_card(card) == text

@@ -54,7 +54,7 @@ def setup() -> None:
     from facts.access import ensure_roles
     from facts.cardfile import Card, Source
     from facts.ids import new_fact_id
-    from facts.profilefile import Section, SectionSource
+    from facts.profilefile import Section
     from facts.writer import commit_profile, save_card
     from memoryadmin.models import ApiKey
 
@@ -71,7 +71,7 @@ def setup() -> None:
 
     def start(profile: Any) -> Any:
         profile.set_section(
-            "workContext", Section(summary="Web counter: 0", updated_at=now, source=SectionSource(kind="manual"))
+            "workContext", Section(summary="Web counter: 0", updated_at=now, source=Source(kind="manual"))
         )
         return profile
 
