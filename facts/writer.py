@@ -23,6 +23,7 @@ from django.db import transaction
 from . import bulk, hooks
 from .atomic import atomic_write_many, remove_file
 from .cardfile import Card, dump_card, file_digest, now_utc
+from .erasure import refuse_cards, refuse_profile
 from .errors import InvalidId, RevisionConflict
 from .ids import normalize_agent
 from .models import FactCard, FactRevision, ProfileRevision, ProfileSection
@@ -215,8 +216,6 @@ def commit(
         # A user being erased gets no new card or profile (checked under the locks the
         # erasure takes, so a write either lands before the erasure reads the folder or
         # not at all).
-        from .erasure import refuse_cards, refuse_profile
-
         refuse_cards([op.card for op in card_ops if isinstance(op, Put)])
         for op in profile_ops:
             if isinstance(op, PutProfile):
@@ -444,8 +443,6 @@ def commit_profile(
     allowed where the user has no memory.json yet."""
     store = store or get_store()
     with store.lock(Bucket(user_id=user_id, agent_name=None)):
-        from .erasure import refuse_profile
-
         # Refused before `change` runs: a user being erased is told so even when the
         # change would turn out to be none.
         refuse_profile(user_id)
