@@ -10,8 +10,9 @@ from typing import Any
 from django import forms
 
 from facts.enums import PROFILE_SECTIONS, CardStatus, Category, choices
+from facts.errors import InvalidId
+from facts.ids import check_fact_id, normalize_agent, normalize_id
 from facts.models import AuditEvent, Candidate
-from facts.store import InvalidId, check_fact_id, normalize_agent, normalize_id
 from memoryadmin.models import parse_user_patterns
 from retrieval.limits import SEARCH_LIMIT_DEFAULT, SEARCH_LIMIT_MAX, SEARCH_LIMIT_MIN
 

@@ -13,8 +13,9 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django_htmx.http import trigger_client_event
 
 from facts.audit import record
+from facts.errors import InvalidId
+from facts.ids import check_fact_id
 from facts.models import AuditEvent, FactCard
-from facts.store import InvalidId, check_fact_id
 
 PAGE_SIZE = 50
 

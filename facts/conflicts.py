@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from django.db.models import Count
 
 from . import writer
+from .cardfile import now_utc
 from .enums import CardStatus, Category
 from .models import FactCard
 from .schemas import normalize_key
-from .store import get_store, now_utc
+from .store import get_store
 
 
 @dataclass

@@ -23,11 +23,14 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from . import audit, writer
+from .cardfile import Card, Source, now_utc
 from .enums import PROFILE_SECTIONS, Authority, CardStatus, Category, Durability, Scope, SourceKind
 from .filtering import Row
+from .ids import new_fact_id
 from .models import AuditEvent, Candidate, ExtractionRun, FactCard
+from .profilefile import Profile, Section
 from .schemas import Confirmation, FactCandidate, Parsed, SummaryCandidate, normalize_key
-from .store import Bucket, Card, Profile, Section, SectionSource, Source, Store, get_store, new_fact_id, now_utc
+from .store import Bucket, Store, get_store
 
 # Stable reason codes (shown in the dashboard, used by tests).
 SCOPE_THREAD = "scope_thread"
@@ -527,7 +530,7 @@ def _write_summaries(
                 Section(
                     summary=summary.summary,
                     updated_at=at,
-                    source=SectionSource(
+                    source=Source(
                         kind=SourceKind.EXTRACTION,
                         run_id=str(run.pk),
                         thread_id=ctx.thread_id or None,
@@ -636,7 +639,7 @@ def apply_candidate(
                 Section(
                     summary=summary,
                     updated_at=at,
-                    source=SectionSource(**source.model_dump(), actor=actor),
+                    source=source.model_copy(update={"actor": actor}),
                 ),
             )
             return profile

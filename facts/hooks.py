@@ -2,7 +2,9 @@
 
 The retrieval app registers its listeners in `AppConfig.ready`; `facts.writer` calls
 `cards_changed` once per committed batch while the bucket locks are still held, and
-`cards_writing` just before, while the batch's files are being fsynced.
+`cards_writing` just before, while the batch's files are being fsynced. Profiles go
+through the same `commit` but are not indexed, so there is no profile hook: add one
+here, called from `commit`, when a listener needs it.
 """
 
 from __future__ import annotations
@@ -12,17 +14,15 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .store import Card, Profile
+    from .cardfile import Card
 
 log = logging.getLogger(__name__)
 
 CardsListener = Callable[[Sequence["Card"], Sequence["Card"]], None]
 CardsPreparer = Callable[[Sequence["Card"]], None]
-ProfileListener = Callable[["Profile"], None]
 
 _card_listeners: list[CardsListener] = []
 _card_preparers: list[CardsPreparer] = []
-_profile_listeners: list[ProfileListener] = []
 
 
 def on_cards_changed(listener: CardsListener) -> CardsListener:
@@ -35,12 +35,6 @@ def on_cards_writing(preparer: CardsPreparer) -> CardsPreparer:
     if preparer not in _card_preparers:
         _card_preparers.append(preparer)
     return preparer
-
-
-def on_profile_changed(listener: ProfileListener) -> ProfileListener:
-    if listener not in _profile_listeners:
-        _profile_listeners.append(listener)
-    return listener
 
 
 def cards_changed(written: Sequence[Card], deleted: Sequence[Card]) -> None:
@@ -62,8 +56,3 @@ def cards_writing(cards: Sequence[Card]) -> None:
             preparer(cards)
         except Exception:
             log.exception("preparing %d card writes failed", len(cards))
-
-
-def profile_changed(profile: Profile) -> None:
-    for listener in _profile_listeners:
-        listener(profile)

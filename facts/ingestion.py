@@ -33,12 +33,14 @@ from langchain_core.messages import BaseMessage, message_to_dict, messages_from_
 from . import bulk, claims, gate
 from .enums import PROFILE_SECTIONS
 from .erasure.guard import ErasureInProgress, erasing, refuse_turn
+from .errors import InvalidId
 from .extraction import ExtractionError, extract, extractor_for, model_name_for
 from .filtering import Row, filter_messages, has_user_text, text_of, to_message
+from .ids import normalize_agent, normalize_id
 from .models import Candidate, ExtractedMessage, ExtractionRun, FactCard, Turn
 from .sanitize import InvalidMessage, NonFinite, clean_value, has_control
 from .schemas import Parsed, parse_update
-from .store import InvalidId, get_store, normalize_agent, normalize_id
+from .store import get_store
 
 log = logging.getLogger(__name__)
 

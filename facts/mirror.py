@@ -13,23 +13,14 @@ from typing import Any
 
 from django.db import transaction
 
+from . import hooks
+from .cardfile import Card, dump_card, file_digest, parse_card
+from .errors import CardParseError, InvalidId, RevisionConflict
+from .ids import normalize_agent, normalize_id, shard
 from .models import FactCard, FactRevision, ProfileSection
-from .store import (
-    Card,
-    CardParseError,
-    InvalidId,
-    Profile,
-    RevisionConflict,
-    Store,
-    dump_card,
-    file_digest,
-    normalize_agent,
-    normalize_id,
-    parse_card,
-    parse_profile,
-    shard,
-)
-from .writer import mirror_profile, mirror_row, upsert_mirror
+from .profilefile import Profile, parse_profile
+from .store import Store
+from .writer import Put, commit, mirror_profile, mirror_row, upsert_mirror
 
 Progress = Callable[[int, int], None]
 
@@ -343,8 +334,6 @@ def _record_hand_edits(changed: list[tuple[Scanned, str]], actor: str) -> None:
     """
     if not changed:
         return
-    from .writer import Put, commit
-
     ids = [item.card.id for item, _ in changed if item.card is not None]
     recorded = {
         (fact_id, revision): file_digest(text)
@@ -436,8 +425,6 @@ def catch_up(store: Store, snap: FileSnapshot) -> int:
     files are read again and whatever changed since the snapshot goes to the mirror
     and, through the write hook, to the index. Returns how many cards it applied.
     """
-    from . import hooks
-
     with store.commit_gate(exclusive=True):
         changed, gone = refresh(store, snap)
         mirrored_profiles = dict(ProfileSection.objects.values_list("user_id", "file_sha256").distinct())

@@ -1,11 +1,13 @@
 """The single write function: lock → write file atomically → update mirror → update index.
 
-Every change to memory (extraction, review, dashboard edits, imports) goes through
-`commit` (cards) or `commit_profile` (memory.json). A change made only to the DB or
-only to the index is lost at the next rebuild, by design.
+Every change to memory (extraction, review, dashboard edits, imports, erasure) goes
+through `commit`: cards (`Put`, `Delete`) and profiles (`PutProfile`, `DeleteProfile`)
+alike, in one batch if need be. `update_card` and `commit_profile` are its
+read-modify-write helpers. A change made only to the DB or only to the index is lost
+at the next rebuild, by design.
 
 The index is told about changes through the hooks in `facts.hooks`; this module never
-imports the read side.
+imports the read side. Profiles are not indexed, so no listener hears of them.
 """
 
 from __future__ import annotations
@@ -19,24 +21,14 @@ from pathlib import Path
 from django.db import transaction
 
 from . import bulk, hooks
+from .atomic import atomic_write_many, remove_file
+from .cardfile import Card, dump_card, file_digest, now_utc
+from .erasure.guard import refuse_cards, refuse_profile
+from .errors import InvalidId, RevisionConflict
+from .ids import normalize_agent
 from .models import FactCard, FactRevision, ProfileRevision, ProfileSection
-from .store import (
-    Bucket,
-    Card,
-    InvalidId,
-    Profile,
-    RevisionConflict,
-    Store,
-    atomic_write,
-    atomic_write_many,
-    dump_card,
-    dump_profile,
-    file_digest,
-    get_store,
-    normalize_agent,
-    now_utc,
-    remove_file,
-)
+from .profilefile import Profile, dump_profile
+from .store import Bucket, Store, get_store
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +58,74 @@ class Delete:
 
 
 @dataclass
+class PutProfile:
+    """Write `profile` as its user's memory.json (at most one profile op per user in a
+    batch). `expected_revision`: the revision the caller read (a missing memory.json is
+    revision 0; None = none may exist yet; -1 = do not check). The written document
+    gets the next revision, unless `restore`: then it keeps its own revision and
+    `updated_at` (an import bringing back an exported memory.json as it was)."""
+
+    profile: Profile
+    expected_revision: int | None = -1
+    restore: bool = False
+
+
+@dataclass
+class DeleteProfile:
+    """Remove the user's memory.json and its mirror rows (erasure; `facts.erasure`
+    removes the revisions)."""
+
+    user_id: str
+
+
+Op = Put | Delete | PutProfile | DeleteProfile
+
+
+@dataclass
 class CommitResult:
     written: list[Card] = field(default_factory=list)
     deleted: list[Card] = field(default_factory=list)
+    profiles: list[Profile] = field(default_factory=list)
+    profiles_deleted: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Mirror:
+    """What reached the disk, for the mirror: filled as files land, applied once."""
+
+    rows: list[FactCard] = field(default_factory=list)
+    revisions: list[FactRevision] = field(default_factory=list)
+    deleted: list[Card] = field(default_factory=list)
+    profiles: list[tuple[Profile, str, str, bool]] = field(default_factory=list)  # profile, path, text, restore
+    profiles_deleted: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.rows or self.deleted or self.profiles or self.profiles_deleted)
+
+    def apply(self, *, actor: str, reason: str) -> None:
+        upsert_mirror(self.rows)
+        if self.deleted:
+            FactCard.objects.filter(id__in=[c.id for c in self.deleted]).delete()
+        bulk.insert(FactRevision, self.revisions, ignore_conflicts=True)
+        for profile, path, text, restore in self.profiles:
+            mirror_profile(profile, path, file_digest(text))
+            # A restore may have brought this revision's row back already (with its
+            # original actor): that row is kept.
+            ProfileRevision.objects.bulk_create(
+                [
+                    ProfileRevision(
+                        user_id=profile.user_id,
+                        revision=profile.revision,
+                        document=profile.model_dump(mode="json"),
+                        actor=actor,
+                        reason=reason,
+                    )
+                ],
+                ignore_conflicts=restore,
+            )
+        if self.profiles_deleted:
+            ProfileSection.objects.filter(user_id__in=self.profiles_deleted).delete()
 
 
 def mirror_row(card: Card, path: str, digest: str) -> FactCard:
@@ -121,26 +178,19 @@ def _normalize(card: Card) -> Card:
     return card
 
 
-def _mirror(rows: Sequence[FactCard], revisions: Sequence[FactRevision], deleted: Sequence[Card]) -> None:
-    upsert_mirror(rows)
-    if deleted:
-        FactCard.objects.filter(id__in=[c.id for c in deleted]).delete()
-    bulk.insert(FactRevision, revisions, ignore_conflicts=True)
-
-
 def commit(
-    ops: Iterable[Put | Delete],
+    ops: Iterable[Op],
     *,
     actor: str,
     reason: str = "",
     store: Store | None = None,
     record: Callable[[], None] | None = None,
 ) -> CommitResult:
-    """Apply a batch of card writes and deletions.
+    """Apply a batch of card and profile writes and deletions.
 
-    Files are written under the locks of every bucket involved; the mirror and the
-    index are then updated once for the whole batch (that batching is what makes
-    thousands of fsynced writes a second possible).
+    Files are written under the locks of every bucket involved (a profile's is its
+    user's); the mirror and the index are then updated once for the whole batch (that
+    batching is what makes thousands of fsynced writes a second possible).
 
     `record`: the caller's own database writes that belong with this batch (a run's
     candidates, its turns marked done). They run in the transaction of the mirror
@@ -155,23 +205,27 @@ def commit(
             with transaction.atomic():
                 record()
         return CommitResult()
-    ops = [dataclasses.replace(op, card=_normalize(op.card)) for op in ops]
+    ops = [dataclasses.replace(op, card=_normalize(op.card)) if isinstance(op, Put | Delete) else op for op in ops]
+    card_ops = [op for op in ops if isinstance(op, Put | Delete)]
+    profile_ops = [op for op in ops if isinstance(op, PutProfile | DeleteProfile)]
+    buckets = {Bucket.of(op.card) for op in card_ops} | {Bucket(user_id=_profile_user(op)) for op in profile_ops}
     result = CommitResult()
-    rows: list[FactCard] = []
-    revisions: list[FactRevision] = []
+    landed = _Mirror()
     mirrored = False
-    with store.lock(*{Bucket.of(op.card) for op in ops}), store.commit_gate():
-        # A user being erased gets no new card (checked under the locks the erasure
-        # takes, so a card either lands before the erasure reads the folder or not at all).
-        from .erasure.guard import refuse_cards
-
-        refuse_cards([op.card for op in ops if isinstance(op, Put)])
+    with store.lock(*buckets), store.commit_gate():
+        # A user being erased gets no new card or profile (checked under the locks the
+        # erasure takes, so a write either lands before the erasure reads the folder or
+        # not at all).
+        refuse_cards([op.card for op in card_ops if isinstance(op, Put)])
+        for op in profile_ops:
+            if isinstance(op, PutProfile):
+                refuse_profile(op.profile.user_id)
         # Every revision is checked before the first file is written: a conflict on the
         # third card of a batch must not leave the first two written behind the
         # mirror's back.
         planned: list[tuple[Put | Delete, Path, Card | None, Card | None]] = []
         pending: dict[str, Card | None] = {}  # a card named twice in one batch sees its first op
-        for op in ops:
+        for op in card_ops:
             path = store.card_path(op.card)
             if op.card.id in pending:
                 current = pending[op.card.id]
@@ -185,11 +239,18 @@ def commit(
                     card = card.model_copy(update={"revision": current.revision + 1})
             pending[op.card.id] = card
             planned.append((op, path, current, card))
+        profile_puts = [_plan_profile(op, store) for op in profile_ops if isinstance(op, PutProfile)]
         try:
             for op, _path, current, card in planned:
                 if card is None and current is not None:
                     store.delete_card(op.card)
                     result.deleted.append(current)
+                    landed.deleted.append(current)
+            for op in profile_ops:
+                if isinstance(op, DeleteProfile):
+                    if remove_file(store.profile_path(op.user_id)):
+                        result.profiles_deleted.append(op.user_id)
+                    landed.profiles_deleted.append(op.user_id)  # rows go even when the file had gone
             puts = [
                 (path, card, dump_card(card), op.reason or reason)
                 for op, path, _current, card in planned
@@ -211,16 +272,25 @@ def commit(
                 except BaseException as exc:
                     failures.append(exc)  # raised once the files that landed are known
 
-            errors = atomic_write_many([(path, text) for path, _card, text, _why in puts], while_waiting=while_writing)
-            for (path, card, text, why), error in zip(puts, errors, strict=True):
+            files = [(path, text) for path, _card, text, _why in puts] + [
+                (p, text) for p, _pr, text, _r in profile_puts
+            ]
+            errors = atomic_write_many(files, while_waiting=while_writing)
+            for (path, card, text, why), error in zip(puts, errors[: len(puts)], strict=True):
                 if error is not None:
                     failures.append(error)
                     continue
                 result.written.append(card)
-                rows.append(mirror_row(card, store.relative(path), file_digest(text)))
-                revisions.append(
+                landed.rows.append(mirror_row(card, store.relative(path), file_digest(text)))
+                landed.revisions.append(
                     FactRevision(fact_id=card.id, revision=card.revision, text=text, actor=actor, reason=why)
                 )
+            for (path, profile, text, restore), error in zip(profile_puts, errors[len(puts) :], strict=True):
+                if error is not None:
+                    failures.append(error)
+                    continue
+                result.profiles.append(profile)
+                landed.profiles.append((profile, store.relative(path), text, restore))
             if failures:
                 raise failures[0]
             # Mirror and index are updated while the lock is still held, so two writers
@@ -228,17 +298,37 @@ def commit(
             with transaction.atomic():
                 if record is not None:
                     record()
-                _mirror(rows, revisions, result.deleted)
+                landed.apply(actor=actor, reason=reason)
             mirrored = True
         finally:
+            if not landed.empty and not mirrored:
+                # A file write failed half-way (disk full) or the caller's records did:
+                # the files already written still reach mirror and index.
+                with transaction.atomic():
+                    landed.apply(actor=actor, reason=reason)
             if result.written or result.deleted:
-                if not mirrored:
-                    # A file write failed half-way (disk full) or the caller's records did:
-                    # the files already written still reach mirror and index.
-                    with transaction.atomic():
-                        _mirror(rows, revisions, result.deleted)
                 hooks.cards_changed(result.written, result.deleted)
     return result
+
+
+def _profile_user(op: PutProfile | DeleteProfile) -> str:
+    return op.user_id if isinstance(op, DeleteProfile) else op.profile.user_id
+
+
+def _plan_profile(op: PutProfile, store: Store) -> tuple[Path, Profile, str, bool]:
+    """The checked profile of `op` with its revision, and its file's text."""
+    user_id = op.profile.user_id
+    path = store.profile_path(user_id)
+    current = store.read_profile_at(path) if path.exists() else None
+    expected = op.expected_revision
+    if expected is None and current is not None:
+        raise RevisionConflict(f"profile of {user_id} already exists; a restore needs an empty place")
+    now_at = 0 if current is None else current.revision
+    if expected is not None and expected != -1 and now_at != expected:
+        raise RevisionConflict(f"profile of {user_id} is at revision {now_at}, expected {expected}")
+    revision = max(op.profile.revision, 1) if op.restore else now_at + 1
+    profile = op.profile.model_copy(update={"revision": revision})
+    return path, profile, dump_profile(profile), op.restore
 
 
 def _check_revision(op: Put | Delete, current: Card | None) -> None:
@@ -346,16 +436,15 @@ def commit_profile(
     store: Store | None = None,
     restore: bool = False,
 ) -> Profile:
-    """Read-modify-write of a user's memory.json under the user's lock.
+    """Read-modify-write of a user's memory.json under the user's lock, written by `commit`.
 
     `restore`: the document `change` returns is written with its own revision and
     `updated_at` (an import bringing back an exported memory.json as it was); only
     allowed where the user has no memory.json yet."""
     store = store or get_store()
-    bucket = Bucket(user_id=user_id, agent_name=None)
-    with store.lock(bucket), store.commit_gate():
-        from .erasure.guard import refuse_profile
-
+    with store.lock(Bucket(user_id=user_id, agent_name=None)):
+        # Refused before `change` runs: a user being erased is told so even when the
+        # change would turn out to be none.
         refuse_profile(user_id)
         current = store.read_profile(user_id)
         if expected_revision is not None and current.revision != expected_revision:
@@ -368,39 +457,15 @@ def commit_profile(
         if updated == current:
             return current
         if restore:
-            updated = updated.model_copy(update={"revision": max(updated.revision, 1), "user_id": user_id})
+            op = PutProfile(updated.model_copy(update={"user_id": user_id}), expected_revision=None, restore=True)
         else:
-            updated = updated.model_copy(
-                update={"revision": current.revision + 1, "updated_at": now_utc(), "user_id": user_id}
-            )
-        text = dump_profile(updated)
-        path = store.profile_path(user_id)
-        atomic_write(path, text)
-        with transaction.atomic():
-            mirror_profile(updated, store.relative(path), file_digest(text))
-            # A restore may have brought this revision's row back already (with its
-            # original actor): that row is kept.
-            ProfileRevision.objects.bulk_create(
-                [
-                    ProfileRevision(
-                        user_id=user_id,
-                        revision=updated.revision,
-                        document=updated.model_dump(mode="json"),
-                        actor=actor,
-                        reason=reason,
-                    )
-                ],
-                ignore_conflicts=restore,
-            )
-        hooks.profile_changed(updated)
-        return updated
+            updated = updated.model_copy(update={"updated_at": now_utc(), "user_id": user_id})
+            op = PutProfile(updated, expected_revision=current.revision)
+        return commit([op], actor=actor, reason=reason, store=store).profiles[0]
 
 
 def delete_profile(user_id: str, *, store: Store | None = None) -> bool:
     """Remove a user's memory.json and its mirror rows (erasure; `facts.erasure` removes
-    the revisions). Under the user's lock and the commit gate, like every other write."""
-    store = store or get_store()
-    with store.lock(Bucket(user_id=user_id, agent_name=None)), store.commit_gate():
-        removed = remove_file(store.profile_path(user_id))
-        ProfileSection.objects.filter(user_id=user_id).delete()
-    return removed
+    the revisions). Whether there was a file to remove."""
+    result = commit([DeleteProfile(user_id)], actor="erasure", reason="erasure", store=store)
+    return bool(result.profiles_deleted)

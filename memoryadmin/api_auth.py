@@ -21,7 +21,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from facts.store import create_private_file
+from facts.atomic import create_private_file
 
 from .models import ApiKey, hash_key
 

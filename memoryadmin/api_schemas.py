@@ -14,8 +14,9 @@ from typing import Any, Literal
 from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from facts.errors import InvalidId
+from facts.ids import normalize_agent, normalize_id
 from facts.sanitize import error_lines, has_control, path_text
-from facts.store import InvalidId, normalize_agent, normalize_id
 from retrieval.limits import clamp_limit
 
 MAX_JSON_DEPTH = 32

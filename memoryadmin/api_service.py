@@ -245,7 +245,7 @@ class UnknownFact(LookupError):
 def list_facts(scope: Scope, *, category: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
     """The active cards of the user × agent (and of the project when the scope has one),
     newest first, as the mirror holds them."""
-    from facts.store import normalize_agent
+    from facts.ids import normalize_agent
 
     agent = normalize_agent(scope.agent_name)
     buckets = FactCard.objects.filter(user_id=scope.user_id, agent_name=agent, project_id="")
@@ -277,9 +277,12 @@ def expire_fact(scope: Scope, fact_id: str, *, actor: str, reason: str) -> dict[
     Raises `UnknownFact` for an id outside the scope, `ValueError` for a card that is
     not active any more."""
     from facts import writer
+    from facts.cardfile import now_utc
     from facts.enums import CardStatus
+    from facts.errors import InvalidId
+    from facts.ids import check_fact_id, normalize_agent
     from facts.models import AuditEvent
-    from facts.store import Bucket, InvalidId, check_fact_id, normalize_agent, now_utc
+    from facts.store import Bucket
 
     try:
         check_fact_id(fact_id)

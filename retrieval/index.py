@@ -37,9 +37,11 @@ from pathlib import Path
 from django.conf import settings
 from filelock import FileLock
 
+from facts.atomic import PRIVATE_FILE_MODE, create_private_file, make_private_dirs
+from facts.cardfile import Card
 from facts.enums import CardStatus
+from facts.ids import normalize_agent
 from facts.mirror import Drift, FileSnapshot
-from facts.store import PRIVATE_FILE_MODE, Card, create_private_file, make_private_dirs, normalize_agent
 
 from .tokenize import document_terms, quote
 

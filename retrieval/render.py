@@ -23,9 +23,9 @@ from django.conf import settings
 from django.db import connection
 
 from facts.enums import HISTORY_SECTIONS, USER_SECTIONS, CardStatus
+from facts.ids import normalize_agent
 from facts.models import FactCard, ProfileSection
 from facts.sanitize import strip_controls
-from facts.store import normalize_agent
 
 from . import index
 from .models import AgentSettings

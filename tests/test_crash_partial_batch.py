@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from facts import store as store_module
+from facts import atomic
+from facts.errors import LockTimeout, RevisionConflict
 from facts.mirror import mirror_drift, snapshot
 from facts.models import AuditEvent, FactCard
-from facts.store import LockTimeout, RevisionConflict, Store
+from facts.store import Store
 from facts.writer import Put, commit, save_card
 
 pytestmark = pytest.mark.django_db
@@ -33,7 +34,7 @@ def test_a_disk_failure_half_way_still_mirrors_what_was_written(
 ) -> None:
     """What landed is mirrored; the caller's records, which commit with the mirror
     only once every file is on disk, are rolled back."""
-    real = store_module._write_temp
+    real = atomic._write_temp
     first, second = make_card(), make_card()
 
     def failing(path, text):
@@ -44,7 +45,7 @@ def test_a_disk_failure_half_way_still_mirrors_what_was_written(
     def record() -> None:
         AuditEvent.objects.create(action="test", actor="x")
 
-    monkeypatch.setattr(store_module, "_write_temp", failing)
+    monkeypatch.setattr(atomic, "_write_temp", failing)
     with pytest.raises(OSError):
         commit([Put(first), Put(second)], actor="x", record=record if with_record else None)
     assert FactCard.objects.filter(id=first.id).exists()
@@ -119,12 +120,12 @@ def test_no_transaction_is_open_while_the_files_are_written(
 ) -> None:
     # On SQLite an open write transaction holds the database's write lock: the web's
     # turns must not wait for a batch of fsyncs.
-    real, open_during_write = store_module._write_temp, []
+    real, open_during_write = atomic._write_temp, []
 
     def write_temp(path: Any, data: str) -> str:
         open_during_write.append(connection.in_atomic_block)
         return real(path, data)
 
-    monkeypatch.setattr(store_module, "_write_temp", write_temp)
+    monkeypatch.setattr(atomic, "_write_temp", write_temp)
     commit([Put(make_card()), Put(make_card())], actor="x", record=lambda: None)
     assert open_during_write == [False, False]

@@ -16,7 +16,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from facts.store import Section
+from facts.profilefile import Section
 from facts.writer import commit_profile, delete_card, save_card
 from memoryadmin import api_auth
 from retrieval.search import search

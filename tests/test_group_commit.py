@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from facts import store as store_module
+from facts import atomic
 from facts.demo import DEMO_FILE
 from facts.ingestion import clean_turn, run_replays
 from facts.mirror import mirror_drift, snapshot
@@ -146,7 +146,7 @@ def test_a_disk_failure_loses_the_whole_group_and_leaves_no_half_recorded_run(
         for i in range(3)
     ]
     path.write_text("\n".join(json.dumps(line) for line in lines))
-    real = store_module._write_temp
+    real = atomic._write_temp
     calls = {"n": 0}
 
     def failing(*args: Any, **kwargs: Any) -> Any:
@@ -155,7 +155,7 @@ def test_a_disk_failure_loses_the_whole_group_and_leaves_no_half_recorded_run(
             raise OSError(28, "No space left on device")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(store_module, "_write_temp", failing)
+    monkeypatch.setattr(atomic, "_write_temp", failing)
     with pytest.raises(OSError, match="No space"):
         call_command("ingest", str(path), "--json", stdout=io.StringIO(), stderr=io.StringIO())
     # No run of the group claims anything: no candidates, no extracted ids, turns not done.
@@ -167,7 +167,7 @@ def test_a_disk_failure_loses_the_whole_group_and_leaves_no_half_recorded_run(
 
     # Run again: the turn whose card never landed saves it now; the other two find their
     # cards already there (duplicates), so no fact is saved twice.
-    monkeypatch.setattr(store_module, "_write_temp", real)
+    monkeypatch.setattr(atomic, "_write_temp", real)
     results = ingest(path, 16)
     verdicts = [(c["verdict"], c["reasons"]) for r in results for c in r["candidates"]]
     assert sorted(verdicts) == [("accepted", []), ("rejected", ["duplicate"]), ("rejected", ["duplicate"])]

@@ -12,7 +12,8 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from facts.store import Section, Store
+from facts.profilefile import Section
+from facts.store import Store
 from facts.writer import commit_profile, save_card
 from memoryadmin.models import ApiKey
 from retrieval import index

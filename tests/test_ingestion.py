@@ -270,14 +270,14 @@ def test_a_failed_flush_waits_for_the_backoff_like_any_turn(openai_stub: OpenAIS
 
 def test_a_disk_failure_while_writing_cards_leaves_the_turns_pending(openai_stub: OpenAIStub, monkeypatch) -> None:
     """Candidates, message ids and the turn's status commit only with card files on disk."""
-    from facts import store as store_module
+    from facts import atomic
 
     def disk_full(path, text):
         raise OSError(28, "No space left on device")
 
     openai_stub.reply_tool_call({"facts": [fact_candidate()]})
     record_turn(**THREAD, messages=turn())
-    monkeypatch.setattr(store_module, "_write_temp", disk_full)
+    monkeypatch.setattr(atomic, "_write_temp", disk_full)
     outcome = process_thread(**THREAD, now=later())
     assert outcome.status == "failed"
     stored = Turn.objects.get()

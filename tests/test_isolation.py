@@ -15,7 +15,8 @@ import pytest
 from django.test import Client
 
 from facts.models import FactCard
-from facts.store import Bucket, Section, Store
+from facts.profilefile import Section
+from facts.store import Bucket, Store
 from facts.writer import commit_profile, save_card
 from memoryadmin.models import ApiKey
 from retrieval.render import render_context

@@ -9,7 +9,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
 
 from facts.models import FactUsage
-from facts.store import Section
+from facts.profilefile import Section
 from facts.writer import commit_profile, save_card
 from memoryadmin.client import LocalMemory, MemoryClient
 from memoryadmin.langchain_memory import LongTermMemoryMiddleware

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from facts.store import DEFAULT_AGENT, InvalidId, Store, normalize_agent, normalize_id
+from facts.errors import InvalidId
+from facts.ids import DEFAULT_AGENT, normalize_agent, normalize_id
+from facts.store import Store
 
 
 def _tail(raw: str) -> str:

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from facts.models import FactCard
-from facts.store import Section
+from facts.profilefile import Section
 from facts.writer import Delete, Put, commit, commit_profile
 from retrieval.render import escape, render_context
 from retrieval.tokens import count_tokens

@@ -9,27 +9,12 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
+from facts.cardfile import Card, Source, _front_matter, _yaml, dump_card, dump_front_matter, parse_card
 from facts.enums import HISTORY_SECTIONS, USER_SECTIONS, CardStatus, Category, SourceKind
-from facts.store import (
-    Card,
-    CardParseError,
-    InvalidId,
-    Profile,
-    Section,
-    SectionSource,
-    Source,
-    Store,
-    _front_matter,
-    _yaml,
-    dump_card,
-    dump_front_matter,
-    dump_profile,
-    new_fact_id,
-    normalize_agent,
-    normalize_id,
-    parse_card,
-    parse_profile,
-)
+from facts.errors import CardParseError, InvalidId
+from facts.ids import new_fact_id, normalize_agent, normalize_id
+from facts.profilefile import Profile, Section, dump_profile, parse_profile
+from facts.store import Store
 
 # Any text a person or a model could send, control characters included.
 any_text = st.text(st.characters(codec="utf-8"), max_size=300)
@@ -122,7 +107,8 @@ sections = st.builds(
     Section,
     summary=any_text,
     updated_at=st.none() | moments,
-    source=st.none() | st.builds(SectionSource, kind=st.sampled_from(list(SourceKind)), evidence_text=any_text),
+    source=st.none()
+    | st.builds(Source, kind=st.sampled_from(list(SourceKind)), evidence_text=any_text, actor=st.none() | any_text),
 )
 
 

@@ -11,7 +11,8 @@ from django.core.management.base import CommandError
 from django.forms.models import model_to_dict
 
 from facts.models import FactCard, FactRevision, ProfileSection
-from facts.store import Section, Store
+from facts.profilefile import Section
+from facts.store import Store
 from facts.writer import commit_profile, save_card
 
 pytestmark = pytest.mark.django_db

@@ -10,7 +10,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from facts.enums import CardStatus
-from facts.store import Section
+from facts.profilefile import Section
 from facts.writer import commit_profile, save_card
 from retrieval import index, render
 from retrieval.models import AgentSettings

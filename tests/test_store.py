@@ -8,21 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from facts.store import (
-    Bucket,
-    Card,
-    CardParseError,
-    Profile,
-    Section,
-    Store,
-    atomic_write,
-    atomic_write_many,
-    dump_card,
-    dump_profile,
-    parse_card,
-    parse_profile,
-    shard,
-)
+from facts.atomic import atomic_write, atomic_write_many
+from facts.cardfile import Card, dump_card, parse_card
+from facts.errors import CardParseError
+from facts.ids import shard
+from facts.profilefile import Profile, Section, dump_profile, parse_profile
+from facts.store import Bucket, Store
 
 
 def test_it_round_trips_a_card_through_its_file(store: Store, make_card) -> None:
@@ -156,16 +147,16 @@ def test_a_card_needs_a_valid_id(make_card) -> None:
 
 
 def test_a_batch_fsyncs_each_folder_once_and_each_new_folders_parent_once(tmp_path: Path, monkeypatch) -> None:
-    from facts import store as store_module
+    from facts import atomic
 
     synced: list[Path] = []
-    real = store_module._fsync_dir
+    real = atomic._fsync_dir
 
     def counting(path: Path) -> None:
         synced.append(Path(path))
         real(path)
 
-    monkeypatch.setattr(store_module, "_fsync_dir", counting)
+    monkeypatch.setattr(atomic, "_fsync_dir", counting)
     facts = tmp_path / "facts"
     facts.mkdir()
     items = [(facts / shard_name / f"{i}.md", f"{i}\n") for i, shard_name in enumerate(["aa", "bb", "cc", "aa"])]

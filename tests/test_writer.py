@@ -10,9 +10,21 @@ from pathlib import Path
 import pytest
 
 from facts import hooks
+from facts.errors import RevisionConflict
 from facts.models import FactCard, FactRevision, ProfileRevision, ProfileSection
-from facts.store import Bucket, RevisionConflict, Section, Store
-from facts.writer import Delete, Put, commit, commit_profile, save_card, update_card
+from facts.profilefile import Profile, Section
+from facts.store import Bucket, Store
+from facts.writer import (
+    Delete,
+    DeleteProfile,
+    Put,
+    PutProfile,
+    commit,
+    commit_profile,
+    delete_profile,
+    save_card,
+    update_card,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -117,6 +129,49 @@ def test_profile_commits_bump_the_revision_and_mirror_every_section(store: Store
     assert ProfileRevision.objects.get(user_id="alice").actor == "rev"
     with pytest.raises(RevisionConflict):
         commit_profile("alice", set_work, actor="rev", expected_revision=0)
+
+
+def test_it_writes_a_profile_and_cards_in_one_commit_and_tells_listeners_of_the_cards(store: Store, make_card) -> None:
+    heard: list[list[str]] = []
+    hooks.on_cards_changed(lambda written, deleted: heard.append([c.key for c in written]))
+    listener = hooks._card_listeners[-1]
+    profile = Profile(user_id="alice")
+    profile.set_section("topOfMind", Section(summary="Learning Rust"))
+    try:
+        result = commit(
+            [Put(make_card(key="lang")), PutProfile(profile, expected_revision=0)], actor="run", reason="r1"
+        )
+    finally:
+        hooks._card_listeners.remove(listener)
+    assert [p.revision for p in result.profiles] == [1]
+    assert store.read_profile("alice").section("topOfMind").summary == "Learning Rust"
+    assert ProfileSection.objects.get(user_id="alice", name="topOfMind").summary == "Learning Rust"
+    assert ProfileRevision.objects.get(user_id="alice").reason == "r1"
+    assert FactCard.objects.filter(user_id="alice", key="lang").exists()
+    assert heard == [["lang"]]
+
+
+def test_it_refuses_a_batch_with_a_stale_profile_before_writing_any_file(store: Store, make_card) -> None:
+    commit_profile("alice", _with_work, actor="a")
+    card = make_card(key="lang")
+    with pytest.raises(RevisionConflict, match="at revision 1, expected 0"):
+        commit([Put(card), PutProfile(_with_work(Profile(user_id="alice")), expected_revision=0)], actor="b")
+    assert not store.card_path(card).exists()
+    assert not FactCard.objects.filter(id=card.id).exists()
+    assert ProfileRevision.objects.filter(user_id="alice").count() == 1
+
+
+def test_it_removes_a_deleted_profile_file_and_its_rows(store: Store) -> None:
+    commit_profile("alice", _with_work, actor="a")
+    assert delete_profile("alice", store=store)
+    assert not store.profile_path("alice").exists()
+    assert not ProfileSection.objects.filter(user_id="alice").exists()
+    assert commit([DeleteProfile("alice")], actor="a", store=store).profiles_deleted == []
+
+
+def _with_work(profile: Profile) -> Profile:
+    profile.set_section("workContext", Section(summary="Python backend"))
+    return profile
 
 
 _WORKER = textwrap.dedent(

@@ -18,8 +18,8 @@ from dashboard.views.overview import COUNTS_CACHE_SECONDS, counts_version
 from facts.access import CURATE
 from facts.conflicts import Conflict, find_conflicts, resolve
 from facts.enums import CardStatus
+from facts.errors import RevisionConflict
 from facts.models import AuditEvent, FactCard
-from facts.store import RevisionConflict
 
 
 def cached_conflicts() -> tuple[list[Conflict], list[FactCard]]:

@@ -43,9 +43,11 @@ from dashboard.helpers import (
 )
 from facts import writer
 from facts.access import ADMINISTER, CURATE
+from facts.cardfile import Card, now_utc, parse_card
 from facts.enums import CardStatus, Category
+from facts.errors import CardParseError, InvalidId, RevisionConflict
 from facts.models import AuditEvent, ExtractionRun, FactCard, FactRevision, FactUsage
-from facts.store import Card, CardParseError, InvalidId, RevisionConflict, get_store, now_utc, parse_card
+from facts.store import get_store
 from retrieval.search import search
 
 # --- facts list -------------------------------------------------------------------------

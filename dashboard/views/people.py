@@ -26,8 +26,8 @@ from facts.erasure.guard import running_for
 from facts.erasure.plan import plan
 from facts.erasure.run import Report, erase
 from facts.erasure.scope import Scope
+from facts.errors import InvalidId, LockTimeout
 from facts.models import FactCard, ProfileSection, Turn
-from facts.store import InvalidId, LockTimeout
 
 SHOWN_IDS = 50
 

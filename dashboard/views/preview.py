@@ -13,8 +13,8 @@ from django.views.decorators.http import require_GET
 
 from dashboard.forms import AgentSettingsForm, PreviewForm
 from dashboard.views.agents import saved_limits
+from facts.errors import InvalidId
 from facts.models import FactCard
-from facts.store import InvalidId
 from retrieval import render as renderer
 
 EXCLUDED_REASONS = {

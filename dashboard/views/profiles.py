@@ -18,9 +18,12 @@ from dashboard.forms import PageForm, ProfileSectionForm, UserPick
 from dashboard.helpers import actor_of, audit, diff_lines, page_of
 from facts import writer
 from facts.access import CURATE
+from facts.cardfile import Source, now_utc
 from facts.enums import HISTORY_SECTIONS, PROFILE_SECTIONS, USER_SECTIONS, SourceKind
+from facts.errors import InvalidId, RevisionConflict
 from facts.models import AuditEvent, ProfileRevision, ProfileSection
-from facts.store import InvalidId, Profile, RevisionConflict, Section, SectionSource, get_store, now_utc
+from facts.profilefile import Profile, Section
+from facts.store import get_store
 
 
 @dataclass
@@ -123,9 +126,7 @@ def profile_edit(request: HttpRequest) -> HttpResponse:
             return profile
         profile.set_section(
             name,
-            Section(
-                summary=data["summary"], updated_at=now_utc(), source=SectionSource(kind=SourceKind.MANUAL, actor=actor)
-            ),
+            Section(summary=data["summary"], updated_at=now_utc(), source=Source(kind=SourceKind.MANUAL, actor=actor)),
         )
         return profile
 

@@ -23,8 +23,8 @@ from dashboard.views.overview import open_candidates
 from facts import gate
 from facts.access import CURATE
 from facts.enums import CardStatus
+from facts.errors import LockTimeout, RevisionConflict
 from facts.models import Candidate, FactCard
-from facts.store import LockTimeout, RevisionConflict
 
 BULK_LIMIT = 500
 PAST = {"approve": "Approved", "dismiss": "Dismissed"}

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.forms import GoldenCheckForm, GoldenForm, SearchForm
 from facts.access import CURATE
-from facts.store import InvalidId
+from facts.errors import InvalidId
 from retrieval import search as searcher
 from retrieval.golden import check_golden
 from retrieval.models import GoldenQuery

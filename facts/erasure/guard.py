@@ -12,11 +12,11 @@ from collections.abc import Iterable, Sequence
 
 from django.db import connection
 
+from ..cardfile import Card
 from ..models import (
     Erasure,
     ExtractionRun,
 )
-from ..store import Card
 from .scope import scope_of
 
 

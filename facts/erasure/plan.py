@@ -15,6 +15,8 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Q, QuerySet
 
+from ..cardfile import Card
+from ..errors import CardParseError
 from ..models import (
     AuditEvent,
     Candidate,
@@ -28,7 +30,7 @@ from ..models import (
     ProfileSection,
     Turn,
 )
-from ..store import Bucket, Card, CardParseError, Store, get_store
+from ..store import Bucket, Store, get_store
 from .scope import Scope
 
 PROCESS_TASK = "facts.tasks.process_thread_task"

@@ -17,6 +17,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from ..cardfile import Card
 from ..models import (
     AuditEvent,
     Candidate,
@@ -30,7 +31,8 @@ from ..models import (
     ProfileSection,
     Turn,
 )
-from ..store import Bucket, Card, Profile, Section, Store, get_store
+from ..profilefile import Profile, Section
+from ..store import Bucket, Store, get_store
 from .guard import bypass, user_barrier
 from .plan import Plan, chunks, collect, delete_in
 from .scope import Scope

@@ -22,6 +22,9 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import models
 
+from ..cardfile import parse_card
+from ..errors import CardParseError
+from ..ids import normalize_id
 from ..models import (
     AuditEvent,
     ExtractionRun,
@@ -29,14 +32,7 @@ from ..models import (
     FactRevision,
     FactUsage,
 )
-from ..store import (
-    Bucket,
-    CardParseError,
-    Store,
-    get_store,
-    normalize_id,
-    parse_card,
-)
+from ..store import Bucket, Store, get_store
 from .archive import FORMAT, FORMAT_VERSION, MANIFEST, README, SUMS, Kind, chunks, files_under, history_kinds, sha256_of
 
 # Error texts can quote credentials (some servers echo the key they refused).

@@ -24,6 +24,9 @@ from django.core.management.color import no_style
 from django.db import connection, models
 
 from .. import writer
+from ..cardfile import Card, parse_card
+from ..errors import CardParseError, InvalidId
+from ..ids import normalize_id
 from ..models import (
     AuditEvent,
     FactCard,
@@ -31,17 +34,8 @@ from ..models import (
     FactUsage,
     ProfileSection,
 )
-from ..store import (
-    Card,
-    CardParseError,
-    InvalidId,
-    Profile,
-    Store,
-    get_store,
-    normalize_id,
-    parse_card,
-    parse_profile,
-)
+from ..profilefile import Profile, parse_profile
+from ..store import Store, get_store
 from .archive import FORMAT, FORMAT_VERSION, MANIFEST, README, SUMS, Kind, chunks, files_under, history_kinds, sha256_of
 
 # Bounds on what an archive may make the importer read (zip bombs, absurd archives).

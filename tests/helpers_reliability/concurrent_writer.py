@@ -30,7 +30,10 @@ from datetime import UTC, datetime  # noqa: E402
 
 from django.db import OperationalError  # noqa: E402
 
-from facts.store import Bucket, Card, LockTimeout, RevisionConflict, Source, get_store, new_fact_id  # noqa: E402
+from facts.cardfile import Card, Source  # noqa: E402
+from facts.errors import LockTimeout, RevisionConflict  # noqa: E402
+from facts.ids import new_fact_id  # noqa: E402
+from facts.store import Bucket, get_store  # noqa: E402
 from facts.writer import Put, commit, save_card, update_card  # noqa: E402
 
 BUCKET = Bucket(user_id="alice", agent_name="coder")

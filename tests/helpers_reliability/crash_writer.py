@@ -32,7 +32,11 @@ django.setup()
 
 from datetime import UTC, datetime  # noqa: E402
 
-from facts.store import Bucket, Card, RevisionConflict, Section, Source, new_fact_id  # noqa: E402
+from facts.cardfile import Card, Source  # noqa: E402
+from facts.errors import RevisionConflict  # noqa: E402
+from facts.ids import new_fact_id  # noqa: E402
+from facts.profilefile import Section  # noqa: E402
+from facts.store import Bucket  # noqa: E402
 from facts.writer import Delete, Put, commit, commit_profile, update_card  # noqa: E402
 
 USERS = ["alice", "bob@example.com", "../carol", "dave"]

@@ -52,7 +52,9 @@ def setup() -> None:
     from django.contrib.auth.models import Group, User
 
     from facts.access import ensure_roles
-    from facts.store import Card, Section, SectionSource, Source, new_fact_id
+    from facts.cardfile import Card, Source
+    from facts.ids import new_fact_id
+    from facts.profilefile import Section
     from facts.writer import commit_profile, save_card
     from memoryadmin.models import ApiKey
 
@@ -69,7 +71,7 @@ def setup() -> None:
 
     def start(profile: Any) -> Any:
         profile.set_section(
-            "workContext", Section(summary="Web counter: 0", updated_at=now, source=SectionSource(kind="manual"))
+            "workContext", Section(summary="Web counter: 0", updated_at=now, source=Source(kind="manual"))
         )
         return profile
 

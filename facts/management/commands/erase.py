@@ -12,7 +12,7 @@ from facts.erasure.guard import running_for
 from facts.erasure.plan import Plan, plan
 from facts.erasure.run import erase
 from facts.erasure.scope import Scope
-from facts.store import InvalidId
+from facts.errors import InvalidId
 
 SHOWN_IDS = 20
 

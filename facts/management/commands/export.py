@@ -7,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from facts.errors import InvalidId
 from facts.portability import export
-from facts.store import InvalidId
 
 
 class Command(BaseCommand):
