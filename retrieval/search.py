@@ -7,24 +7,46 @@ BM25 picks ``2 × limit`` candidates inside the caller's scope, then
 
 SQLite's ``bm25()`` is lower-is-better, hence the minus sign. The user, agent and
 project always come from the runtime, never from the model.
+
+With ``MEMORY_EMBEDDINGS`` on (the default) the relevance is hybrid (issue 19): the
+lexical top ``max(10, 2 × limit)`` and the scope's cards ranked by sentence-vector
+similarity are fused by reciprocal rank (k = 60),
+
+    relevance = FUSED_SCALE × Σ 1 / (60 + rank),   score = relevance × decay + 0.2 × confidence,
+
+so a Chinese question finds an English fact, while an exact word still counts. Vector
+candidates below `SIMILARITY_FLOOR` are left out: a query about nothing the user said
+still finds nothing rather than the least unrelated facts.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
 from django.conf import settings
 
-from . import index
-from .tokenize import query_terms
+from . import index, vectors
+from .tokenize import MAX_QUERY_CHARS, query_terms
 from .tokens import count_tokens
+
+log = logging.getLogger(__name__)
 
 DECAY_GRACE_DAYS = 30
 DECAY_RATE = 0.01
 CONFIDENCE_WEIGHT = 0.2
+RRF_K = 60
+LEXICAL_DEPTH = 10  # the lexical list fused is the top max(10, 2 × limit)
+# 1 / (60 + rank) is 0.016 at rank 1 and moves by 0.0003 a rank: scaled by 100 the
+# relevance spans about 1.6–3.3, the size of a typical -bm25, so the article's 0.2 ×
+# confidence stays the tie-breaker it was rather than outweighing a whole rank.
+FUSED_SCALE = 100.0
+# Cosine similarity of USE v3 between unrelated short texts is mostly below 0.2;
+# paraphrases and translations score 0.35–0.8 (measured on tests/data/hybrid_eval.json).
+SIMILARITY_FLOOR = 0.25
 MAX_LIMIT = 100  # the dashboard's playground; the agents' tool is clamped to 1..10
 TOOL_MAX_LIMIT = 10
 
@@ -36,10 +58,14 @@ class Hit:
     category: str
     confidence: float
     score: float
-    bm25: float
+    bm25: float | None  # None: found by its vector only
     decay: float
     confidence_part: float
     created_at: datetime
+    lexical_rank: int | None = None
+    vector_rank: int | None = None
+    similarity: float | None = None
+    fused: float | None = None  # the relevance (before decay); None when lexical only
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -91,6 +117,8 @@ def search(
     limit = clamp(limit, 1, MAX_LIMIT, 5)
     now = now or datetime.now(UTC)
     terms = query_terms(query or "")
+    if vectors.enabled() and (query or "").strip():
+        return _hybrid(query, terms, scopes(user_id, agent_name, project_id), limit=limit, now=now)
     if not terms:
         return []
     rows = index.candidates(terms, scopes(user_id, agent_name, project_id), limit=2 * limit, now_ts=now.timestamp())
@@ -100,6 +128,60 @@ def search(
         score, decay, part = final_score(raw, confidence, created, now)
         hits.append(Hit(fact_id, content, category, confidence, score, raw, decay, part, created))
     hits.sort(key=lambda hit: (-hit.score, hit.bm25, hit.id))
+    return hits[:limit]
+
+
+def _hybrid(query: str, terms: list[str], buckets: list[str], *, limit: int, now: datetime) -> list[Hit]:
+    depth = max(LEXICAL_DEPTH, 2 * limit)
+    now_ts = now.timestamp()
+    lexical = index.candidates(terms, buckets, limit=depth, now_ts=now_ts) if terms else []
+    try:
+        ranked = index.vector_ranking(query[:MAX_QUERY_CHARS], buckets, now_ts=now_ts)
+    except vectors.EmbeddingUnavailable:
+        # Search must answer: without the model it is today's lexical search.
+        log.exception("vector search unavailable; answering lexically")
+        ranked = []
+    close = [(fid, sim) for fid, sim in ranked[:depth] if sim >= SIMILARITY_FLOOR]
+    fused: dict[str, float] = {}
+    for rank, row in enumerate(lexical, 1):
+        fused[row[0]] = fused.get(row[0], 0.0) + 1.0 / (RRF_K + rank)
+    for rank, (fid, _sim) in enumerate(close, 1):
+        fused[fid] = fused.get(fid, 0.0) + 1.0 / (RRF_K + rank)
+    if not fused:
+        return []
+    lex = {row[0]: (rank, row) for rank, row in enumerate(lexical, 1)}
+    vec = {fid: (rank, sim) for rank, (fid, sim) in enumerate(close, 1)}
+    sims = dict(ranked)
+    known = {row[0]: row[1:5] for row in lexical}
+    known.update(index.card_fields([fid for fid in fused if fid not in known]))
+    hits = []
+    for fid, rrf in fused.items():
+        if fid not in known:  # deleted between the two reads
+            continue
+        content, category, confidence, created_iso = known[fid]
+        created = datetime.fromisoformat(created_iso)
+        decay = decay_for(age_days(created, now))
+        relevance = FUSED_SCALE * rrf
+        part = CONFIDENCE_WEIGHT * confidence
+        lex_rank, lex_row = lex.get(fid, (None, None))
+        hits.append(
+            Hit(
+                id=fid,
+                content=content,
+                category=category,
+                confidence=confidence,
+                score=relevance * decay + part,
+                bm25=lex_row[5] if lex_row else None,
+                decay=decay,
+                confidence_part=part,
+                created_at=created,
+                lexical_rank=lex_rank,
+                vector_rank=vec[fid][0] if fid in vec else None,
+                similarity=round(sims[fid], 4) if fid in sims else None,
+                fused=relevance,
+            )
+        )
+    hits.sort(key=lambda hit: (-hit.score, hit.id))
     return hits[:limit]
 
 
