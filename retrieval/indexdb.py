@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 # Bump when the schema or the tokenization changes: an index of another version is
 # rebuilt on first use, and its rows count as changed in `drift`.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 5  # 5: vector hashes (vhash) and stemmed English terms
 INDEX_DIR = ".retrieval"
 INDEX_FILE = "index.sqlite3"
 BUSY_TIMEOUT_MS = 30_000
