@@ -67,11 +67,11 @@ def _index_check(snap: FileSnapshot) -> Drift | None:
     return check(snap) if check else None
 
 
-def _index_rebuild(snap: FileSnapshot, progress: Progress | None) -> dict[str, Any]:
+def _index_rebuild(snap: FileSnapshot, progress: Progress | None, no_cache: bool = False) -> dict[str, Any]:
     from retrieval import index
 
     build = getattr(index, "rebuild_from_snapshot", None)
-    return build(snap, progress=progress) if build else {}
+    return build(snap, progress=progress, no_cache=no_cache) if build else {}
 
 
 def _compare(snap: FileSnapshot) -> CheckReport:
@@ -80,6 +80,12 @@ def _compare(snap: FileSnapshot) -> CheckReport:
     index_drift = _index_check(snap)
     if index_drift is not None:
         report.parts["index"] = index_drift
+    # Sentence vectors (issue 19): only when embeddings are on.
+    from retrieval import index
+
+    vector_drift = index.vector_drift(snap)
+    if vector_drift is not None:
+        report.parts["vectors"] = vector_drift
     return report
 
 
@@ -96,14 +102,14 @@ def check(*, progress: Progress | None = None) -> CheckReport:
     return report
 
 
-def rebuild(*, progress: Progress | None = None, actor: str = "reindex") -> RebuildResult:
+def rebuild(*, progress: Progress | None = None, actor: str = "reindex", no_cache: bool = False) -> RebuildResult:
     store = get_store()
     snap = mirror.snapshot(store, progress=progress)
     stats = mirror.rebuild_mirror(snap, actor=actor)
     result = RebuildResult(cards=stats.cards, profiles=stats.profiles, unreadable=stats.unreadable)
     result.extra["changed"] = stats.changed
     result.extra["removed"] = stats.removed
-    result.extra.update(_index_rebuild(snap, progress=None))
+    result.extra.update(_index_rebuild(snap, progress=None, no_cache=no_cache))
     # Commits made while the rebuild ran would otherwise be undone in mirror and index.
     result.extra["caught_up"] = mirror.catch_up(store, snap)
     return result

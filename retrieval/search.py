@@ -194,9 +194,13 @@ def memory_search_json(
     agent_name: str | None,
     project_id: str | None = None,
     limit: int = 5,
+    explain: bool = False,
 ) -> str:
     """The ``memory_search`` tool's answer: a JSON list of ``{id, content, category,
     confidence, score}``, at most 10 results and at most MEMORY_SEARCH_TOKEN_CAP tokens.
+    With `explain` (``manage.py memory_search --json``, never the agents' tool: the
+    numbers would only cost the model tokens) each result also carries its score
+    breakdown under ``"explain"``.
 
     Results are dropped from the end until the answer fits; when the best hit alone is
     too long, its content is cut to fit, ends with "…" and the result carries
@@ -216,6 +220,7 @@ def memory_search_json(
             "category": hit.category,
             "confidence": hit.confidence,
             "score": round(hit.score, 4),
+            **({"explain": breakdown(hit)} if explain else {}),
         }
         for hit in hits
     ]
@@ -229,6 +234,19 @@ def memory_search_json(
         visible.pop()
         text = json.dumps(visible, ensure_ascii=False)
     return text
+
+
+def breakdown(hit: Hit) -> dict[str, object]:
+    """How a hit's score came about (playground, ``memory_search --json``)."""
+    return {
+        "lexical_rank": hit.lexical_rank,
+        "bm25": None if hit.bm25 is None else round(hit.bm25, 4),
+        "vector_rank": hit.vector_rank,
+        "similarity": hit.similarity,
+        "fused": None if hit.fused is None else round(hit.fused, 4),
+        "decay": round(hit.decay, 4),
+        "confidence_part": round(hit.confidence_part, 4),
+    }
 
 
 ELLIPSIS = "…"
