@@ -416,10 +416,10 @@ def vector_drift(snap: FileSnapshot) -> Drift | None:
                 raise
     for fact_id, wanted in expected.items():
         vhash, present = actual.get(fact_id, (None, 0))
-        if vhash is None or not present:
-            result.missing.append(fact_id)
-        elif vhash != wanted:
+        if vhash is not None and vhash != wanted:
             result.changed.append(fact_id)
+        elif vhash is None or not present:
+            result.missing.append(fact_id)
     result.missing.sort()
     result.changed.sort()
     return result
