@@ -71,8 +71,12 @@ def _load_jieba() -> Any:
 
 
 def warm() -> None:
-    """Load the dictionary now (before forking workers, or at start-up)."""
+    """Load the dictionary, and the embedding model when hybrid search is on, now
+    (before forking workers, which then share them, or at start-up)."""
     _load_jieba()
+    from . import vectors
+
+    vectors.warm()
 
 
 def tokenize(text: str) -> list[str]:
