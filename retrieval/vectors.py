@@ -122,7 +122,9 @@ def _query_vector(text: str) -> np.ndarray:
 
 def query_vector(text: str) -> np.ndarray:
     """A query's vector; agents repeat queries, so the last 2,048 are remembered."""
-    return _query_vector(text)
+    # A lone surrogate (possible in a JSON string) cannot reach the tokenizer; cards
+    # never hold one (refused when written).
+    return _query_vector(text.encode("utf-8", "replace").decode("utf-8"))
 
 
 def to_blob(vec: np.ndarray) -> bytes:

@@ -201,3 +201,10 @@ def test_erasing_a_user_leaves_no_vector_of_their_words(embeddings: None, make_c
     assert _cached_hashes() == {vectors.content_hash(kept.content)}
     raw = (memory_root / ".retrieval" / "vectors.sqlite3").read_bytes()
     assert vectors.content_hash(secret).encode() not in raw, "the scrub leaves no deleted row behind"
+
+
+@pytest.mark.parametrize("query", ['"; DROP TABLE cards; --', "NEAR(a b)", "\ud800 lone surrogate", "   ", "x" * 5000])
+def test_hostile_queries_get_an_answer_not_an_error(embeddings: None, make_card, query: str, caplog) -> None:
+    save_card(make_card(content="Keeps notes in Obsidian."), actor="t")
+    json.loads(memory_search_json(query, user_id="alice", agent_name="coder"))
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
