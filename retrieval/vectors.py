@@ -274,6 +274,7 @@ _VECTORS_OF = "SELECT hash, vec FROM vc.vectors WHERE hash IN ({marks})"
 _MATRIX_ROWS = 8192
 _matrices: OrderedDict[tuple[str, ...], tuple[list[tuple[str, str]], np.ndarray]] = OrderedDict()
 _matrices_lock = threading.Lock()
+_matrix_rows = 0  # rows held by `_matrices`
 
 
 def _scope_matrix(conn: sqlite3.Connection, buckets: Sequence[str], now_ts: float) -> tuple[list[str], np.ndarray]:
@@ -292,10 +293,13 @@ def _scope_matrix(conn: sqlite3.Connection, buckets: Sequence[str], now_ts: floa
         blobs.update(conn.execute(sql, tuple(chunk)).fetchall())
     pairs = [(fid, h) for fid, h in pairs if h in blobs]  # a vector lost from the cache: drift
     matrix = from_blobs([blobs[h] for _, h in pairs])
+    global _matrix_rows
     with _matrices_lock:
+        old = _matrices.pop(key, None)
+        _matrix_rows += len(pairs) - (len(old[0]) if old else 0)
         _matrices[key] = (pairs, matrix)
-        while sum(len(p) for p, _ in _matrices.values()) > _MATRIX_ROWS and len(_matrices) > 1:
-            _matrices.popitem(last=False)
+        while _matrix_rows > _MATRIX_ROWS and len(_matrices) > 1:
+            _matrix_rows -= len(_matrices.popitem(last=False)[1][0])
     return [fid for fid, _ in pairs], matrix
 
 
