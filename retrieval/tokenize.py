@@ -2,8 +2,9 @@
 
 Chinese runs go through ``jieba.cut_for_search`` (so the query 中文 matches
 用户偏好用中文解释技术问题); every other run of letters and digits is one lower-cased
-word. Punctuation, quotes and FTS operators never survive as tokens, which is what
-makes a query safe to quote into ``MATCH``.
+word, reduced to its Snowball English stem (PyStemmer), so "deploy" finds "Deploys"
+and "databases" finds "database". Punctuation, quotes and FTS operators never survive
+as tokens, which is what makes a query safe to quote into ``MATCH``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import re
 import threading
 from collections.abc import Iterable
 from typing import Any
+
+import Stemmer
 
 # Han ideographs (CJK unified, extension A, compatibility). Kana and Hangul are kept as
 # whole runs: jieba only knows Chinese.
@@ -33,6 +36,19 @@ STOP_WORDS = frozenset(
     什么 怎么 如何 哪些 一个 一些 用户 请 把 被 让 给 对 从 到 为 以 之 其 中 上 下 很 还 又 要 会 能 可以
     """.split()
 )
+_stemmer = threading.local()
+
+
+def _stem(words: list[str]) -> list[str]:
+    # A Stemmer object is not thread-safe: one per thread.
+    stemmer = getattr(_stemmer, "english", None)
+    if stemmer is None:
+        stemmer = _stemmer.english = Stemmer.Stemmer("english")
+    return stemmer.stemWords(words)
+
+
+# Tokens are stems, so the stop-word test is too ("users" and "user's" → "user").
+_STOP_STEMS = frozenset(_stem(sorted(STOP_WORDS))) | STOP_WORDS
 MAX_QUERY_TERMS = 32
 MAX_QUERY_CHARS = 2000
 
@@ -55,8 +71,12 @@ def _load_jieba() -> Any:
 
 
 def warm() -> None:
-    """Load the dictionary now (before forking workers, or at start-up)."""
+    """Load the dictionary, and the embedding model when hybrid search is on, now
+    (before forking workers, which then share them, or at start-up)."""
     _load_jieba()
+    from . import vectors
+
+    vectors.warm()
 
 
 def tokenize(text: str) -> list[str]:
@@ -64,7 +84,7 @@ def tokenize(text: str) -> list[str]:
     if not text:
         return []
     if text.isascii():  # the common English case: the same tokens in a third of the time
-        return _ASCII_WORD.findall(text.lower())
+        return _stem(_ASCII_WORD.findall(text.lower()))
     return _tokenize_runs(text)
 
 
@@ -77,7 +97,7 @@ def _tokenize_runs(text: str) -> list[str]:
                 # jieba can hand back punctuation or mixed pieces; keep word characters only.
                 tokens.extend(_WORD.findall(word))
         else:
-            tokens.append(run.lower())
+            tokens.extend(_stem([run.lower()]))
     return tokens
 
 
@@ -89,7 +109,7 @@ def document_terms(text: str) -> str:
 def query_terms(text: str) -> list[str]:
     """Distinct query tokens, stop-words dropped unless they are all there is."""
     tokens = _distinct(tokenize(text[:MAX_QUERY_CHARS]))
-    useful = [t for t in tokens if t not in STOP_WORDS]
+    useful = [t for t in tokens if t not in _STOP_STEMS]
     return (useful or tokens)[:MAX_QUERY_TERMS]
 
 

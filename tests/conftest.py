@@ -32,6 +32,23 @@ def memory_root(tmp_path: Path, settings: Any) -> Path:
 
 
 @pytest.fixture(autouse=True)
+def lexical_search_by_default(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Embeddings off unless a test turns them on (the `embeddings` fixture): loading
+    the model costs a second and 150 MB per process, and most tests assert lexical
+    ranking. Subprocesses a test starts inherit the environment variable."""
+    settings.MEMORY_EMBEDDINGS = False
+    monkeypatch.setenv("MEMORY_EMBEDDINGS", "off")
+
+
+@pytest.fixture
+def embeddings(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hybrid search on, as in production."""
+    settings.MEMORY_EMBEDDINGS = True
+    settings.MEMORY_EMBEDDING_THREADS = 1
+    monkeypatch.setenv("MEMORY_EMBEDDINGS", "on")
+
+
+@pytest.fixture(autouse=True)
 def outbox_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """`MemoryClient`'s durable outbox in the test's folder, never in the real home."""
     path = tmp_path / "agent-state" / "outbox.sqlite3"

@@ -31,7 +31,10 @@ def test_memory_search_json_is_the_tools_answer(make_card) -> None:
     out, _ = _run("memory_search", "--user", "alice", "--agent", "coder", "--json", "--limit", "3", "pytest")
     items = json.loads(out)
     assert [i["id"] for i in items] == [card.id]
-    assert set(items[0]) == {"id", "content", "category", "confidence", "score"}
+    # The tool's answer, plus each score's breakdown (issue 19; the tool itself has none).
+    assert set(items[0]) == {"id", "content", "category", "confidence", "score", "explain"}
+    assert items[0]["explain"]["lexical_rank"] is None  # embeddings off in tests: plain BM25
+    assert items[0]["explain"]["bm25"] is not None
 
 
 def test_memory_search_with_nothing_found_says_so(make_card) -> None:

@@ -19,7 +19,7 @@ def test_it_cuts_chinese_for_search_so_a_word_inside_a_sentence_is_a_token() -> 
 
 def test_it_lower_cases_latin_words_and_handles_mixed_text() -> None:
     tokens = tk.tokenize("User prefers Python 3.12 和中文解释, NOT Java")
-    assert tokens[:4] == ["user", "prefers", "python", "3"]
+    assert tokens[:4] == ["user", "prefer", "python", "3"]  # English words are stemmed
     assert "中文" in tokens
     assert "not" in tokens and "java" in tokens
 
@@ -75,3 +75,9 @@ def test_special_token_text_is_counted_as_plain_text() -> None:
 @given(st.text(alphabet=st.characters(max_codepoint=127)))
 def test_the_ascii_shortcut_gives_the_same_tokens(text: str) -> None:
     assert tk.tokenize(text) == tk._tokenize_runs(text)
+
+
+def test_it_stems_english_words_so_inflections_match() -> None:
+    assert tk.query_terms("deploy") == tk.query_terms("Deploys") == tk.query_terms("deployment")
+    assert tk.query_terms("databases") == tk.query_terms("database")
+    assert tk.query_terms("the users") == ["the", "user"], "only stop-words: they are kept, stemmed"

@@ -2,7 +2,8 @@
 
 Checks: settings (DEBUG off with the default SECRET_KEY, hosts, memory settings),
 migrations, MEMORY_ROOT (exists, writable, not open to other users, no stale temp
-files), the files vs mirror vs index (drift, unreadable cards), turns pending for
+files), the files vs mirror vs index vs vectors (drift, unreadable cards), the
+embedding model (loads and embeds, when MEMORY_EMBEDDINGS is on), turns pending for
 too long or stuck in processing past their claim's lease, and the model endpoint (a quick HTTP request to MEMORY_LLM_BASE_URL).
 """
 
@@ -26,7 +27,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 DEFAULT_SECRET_PREFIX = "insecure-local-only-key"
-CHECKS = ("settings", "database", "files", "index", "turns", "model")
+CHECKS = ("settings", "database", "files", "index", "embeddings", "turns", "model")
 STALE_TEMP_SECONDS = 600
 
 
@@ -146,6 +147,24 @@ class Doctor:
         if report.unreadable:
             path, problem = report.unreadable[0]
             self.fail("index", f"{len(report.unreadable)} memory files cannot be read, e.g. {path}: {problem}")
+
+    def check_embeddings(self) -> None:
+        """The sentence-vector model loads and embeds (hybrid search, issue 19)."""
+        from retrieval import vectors
+
+        if not vectors.enabled():
+            self.ok("embeddings", "MEMORY_EMBEDDINGS is off: search is lexical only")
+            return
+        started = time.monotonic()
+        try:
+            dims = vectors.embed(["doctor: 时区 time zone"]).shape[1]
+        except vectors.EmbeddingUnavailable as exc:
+            self.fail("embeddings", f"{exc}: install requirements.txt, or set MEMORY_EMBEDDINGS=off")
+            return
+        self.ok(
+            "embeddings",
+            f"model {vectors.MODEL_ID} loads and embeds ({dims} dimensions, {time.monotonic() - started:.1f}s)",
+        )
 
     def check_turns(self) -> None:
         from facts.models import Turn

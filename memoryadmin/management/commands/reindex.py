@@ -32,6 +32,9 @@ class Command(BaseCommand):
         )
         parser.add_argument("--json", action="store_true", help="Print the report as JSON.")
         parser.add_argument("--no-progress", action="store_true", help="No progress bar.")
+        parser.add_argument(
+            "--no-cache", action="store_true", help="Embed every card again instead of reusing cached vectors."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         bar: tqdm | None = None
@@ -54,7 +57,7 @@ class Command(BaseCommand):
             if not report.in_step:
                 raise CommandError("drift found between the files and their copies", returncode=EXIT_DRIFT)
             return
-        result = rebuild.rebuild(progress=progress, actor="reindex")
+        result = rebuild.rebuild(progress=progress, actor="reindex", no_cache=options["no_cache"])
         if bar is not None:
             bar.close()
         elapsed = time.monotonic() - started

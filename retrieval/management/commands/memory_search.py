@@ -19,22 +19,32 @@ class Command(BaseCommand):
         parser.add_argument("--agent", required=True)
         parser.add_argument("--project", default=None)
         parser.add_argument("--limit", type=int, default=5)
-        parser.add_argument("--json", action="store_true", help="Print the memory_search tool's JSON answer.")
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help="Print the memory_search tool's JSON answer, with each score's breakdown.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         query = " ".join(options["query"])
         scope = {"user_id": options["user"], "agent_name": options["agent"], "project_id": options["project"]}
         if options["json"]:
-            self.stdout.write(memory_search_json(query, limit=options["limit"], **scope))
+            self.stdout.write(memory_search_json(query, limit=options["limit"], explain=True, **scope))
             return
         hits = search(query, limit=options["limit"], **scope)
         if not hits:
             self.stdout.write("no matching facts")
             return
         for hit in hits:
+            if hit.fused is None:
+                relevance = f"bm25 {hit.bm25:.4f}"
+            else:
+                lexical = "—" if hit.lexical_rank is None else f"#{hit.lexical_rank} (bm25 {hit.bm25:.4f})"
+                vector = "—" if hit.vector_rank is None else f"#{hit.vector_rank} (cosine {hit.similarity:.3f})"
+                relevance = f"fused {hit.fused:.4f} [lexical {lexical}, vector {vector}]"
             self.stdout.write(
                 f"{hit.score:8.4f}  {hit.id}  [{hit.category}] {hit.content}\n"
-                f"          bm25 {hit.bm25:.4f} × decay {hit.decay:.3f} + 0.2 × confidence {hit.confidence:.2f}"
+                f"          {relevance} × decay {hit.decay:.3f} + 0.2 × confidence {hit.confidence:.2f}"
                 f" ({hit.confidence_part:.3f}); created {hit.created_at:%Y-%m-%d}"
             )
         self.stderr.write(json.dumps({"results": len(hits)}))

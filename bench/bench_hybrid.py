@@ -1,0 +1,205 @@
+"""Hybrid search benchmark (issue 19): quality on the labelled set, speed at 100k cards.
+
+    .venv/bin/python bench/bench_hybrid.py [--quick] [--skip-cold]
+
+Prints:
+- recall@5 and MRR of lexical and hybrid search on tests/data/hybrid_eval.json
+  (70 queries: en, zh, mixed, cross-language, typos), overall and per kind;
+- on the 100k-card corpus (bench/corpus.py): the index rebuild from the files (reading
+  and tokenizing them included, as in bench_read_path) with
+  the vector cache warm and, unless ``--skip-cold``, cold (``no_cache``: every card
+  embedded again), in cards/s; hybrid search latency over 1,000 short and 300
+  natural-language queries scoped to one user × agent; the serving process's RSS.
+``--quick`` prints the quality figures only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import corpus
+
+TARGETS = {"recall_all": 0.93, "recall_cross": 0.80, "search_p50_ms": 3, "search_p99_ms": 10, "warm_rebuild": 4000}
+TARGET_RSS_MB = 350
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+def quality() -> dict:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryadmin.settings")
+    import django
+
+    django.setup()
+    from django.conf import settings
+
+    from retrieval import index
+    from tests import hybrid_eval
+
+    data = hybrid_eval.load()
+    figures = {}
+    for name, on in (("lexical", False), ("hybrid", True)):
+        with tempfile.TemporaryDirectory() as root:
+            settings.MEMORY_ROOT = Path(root)
+            settings.MEMORY_EMBEDDINGS = on
+            index.reset()
+            hybrid_eval.index_facts(data)
+            result = hybrid_eval.run(data)
+            index.reset()
+        result.pop("misses")
+        figures[name] = result
+        print(f"== {name} search on {len(data['queries'])} labelled queries", flush=True)
+        for kind, row in result.items():
+            print(f"  {kind:<6} n={row['queries']:<3} recall@5 {row['recall@5']:.3f}   MRR {row['mrr']:.3f}")
+    return figures
+
+
+_REBUILD = """
+import json, resource, sys, time
+import django
+django.setup()
+from facts import mirror
+from facts.store import get_store
+from retrieval import index
+t = time.monotonic()
+snap = mirror.snapshot(get_store())
+res = index.rebuild_from_snapshot(snap, no_cache=sys.argv[1] == "cold")
+wall = time.monotonic() - t
+me = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"cards": res["indexed"], "seconds": wall, "peak_mb": me.ru_maxrss / 1024}))
+"""
+
+
+def _rebuild(root: Path, mode: str) -> dict:
+    env = {**corpus.django_env(root), "MEMORY_EMBEDDINGS": "on"}
+    out = subprocess.run(
+        [sys.executable, "-c", _REBUILD, mode], env=env, cwd=corpus.BASE_DIR, capture_output=True, text=True, check=True
+    )
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    rate = data["cards"] / data["seconds"]
+    print(
+        f"{'index rebuild, vector cache ' + mode:<40} {rate:8,.0f} cards/s  ({data['cards']} cards in "
+        f"{data['seconds']:.1f}s, peak RSS {data['peak_mb']:.0f} MB)",
+        flush=True,
+    )
+    return {"cards_per_s": round(rate), "seconds": round(data["seconds"], 1), "peak_rss_mb": round(data["peak_mb"])}
+
+
+def _lat(name: str, runs: list[Callable[[], object]]) -> dict:
+    wall: list[float] = []
+    cpu: list[float] = []
+    for call in runs:
+        started, cpu_started = time.perf_counter(), time.thread_time()
+        call()
+        cpu.append((time.thread_time() - cpu_started) * 1000)
+        wall.append((time.perf_counter() - started) * 1000)
+    row = {
+        "p50_ms": round(_pct(wall, 0.5), 3),
+        "p99_ms": round(_pct(wall, 0.99), 3),
+        "cpu_p50_ms": round(_pct(cpu, 0.5), 3),
+        "cpu_p99_ms": round(_pct(cpu, 0.99), 3),
+        "n": len(runs),
+    }
+    # CPU time beside wall time: on a shared machine the gap is other processes' load.
+    print(
+        f"{name:<40} p50 {row['p50_ms']:7.3f} ms  p99 {row['p99_ms']:7.3f} ms  "
+        f"(cpu p50 {row['cpu_p50_ms']:.3f} / p99 {row['cpu_p99_ms']:.3f})  n={row['n']}",
+        flush=True,
+    )
+    return row
+
+
+def _rss_mb() -> float:
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) / 1024
+
+
+def speed(root: Path, *, cold: bool) -> dict:
+    figures: dict = {}
+    if cold:
+        figures["rebuild_cold"] = _rebuild(root, "cold")
+    figures["rebuild_warm"] = _rebuild(root, "warm")
+    os.environ.update(corpus.django_env(root))
+    os.environ["MEMORY_EMBEDDINGS"] = "on"
+    from django.conf import settings
+
+    settings.MEMORY_ROOT = Path(os.environ["MEMORY_ROOT"])
+    settings.MEMORY_EMBEDDINGS = True
+    from retrieval import index, vectors
+    from retrieval.search import search
+    from retrieval.tokenize import warm
+
+    index.reset()
+    warm()
+    vectors.warm()
+    rng = random.Random(42)
+    print(f"index rows: {index.count()}", flush=True)
+
+    def scoped(query: str) -> Callable[[], object]:
+        user, agent = f"user{rng.randrange(1000):04d}", rng.choice(corpus.AGENTS)
+        return lambda: search(query, user_id=user, agent_name=agent, now=corpus.NOW)
+
+    short = [corpus.words(rng, i % 2 == 0, rng.randint(1, 4)) for i in range(1000)]
+    natural = [corpus.sentence(rng, i % 2 == 0, rng.randint(5, 15)) for i in range(300)]
+    figures["search_short"] = _lat("hybrid search, 1,000 short queries", [scoped(q) for q in short])
+    figures["search_natural"] = _lat("hybrid search, 300 natural queries", [scoped(q) for q in natural])
+    heavy = [
+        (lambda q=q: search(q, user_id=corpus.HEAVY_USER, agent_name=corpus.HEAVY_AGENT, now=corpus.NOW))
+        for q in (corpus.words(rng, i % 2 == 0, rng.randint(1, 4)) for i in range(300))
+    ]
+    figures["search_heavy"] = _lat("hybrid search, agent with 1,000 facts", heavy)
+    figures["serving_rss_mb"] = round(_rss_mb())
+    print(f"{'serving process RSS':<40} {figures['serving_rss_mb']} MB", flush=True)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", type=Path, default=corpus.DEFAULT_ROOT)
+    parser.add_argument("--quick", action="store_true", help="quality figures only")
+    parser.add_argument("--skip-cold", action="store_true", help="no cold (re-embed everything) rebuild")
+    args = parser.parse_args()
+    figures: dict = {"quality": quality()}
+    checks = [
+        ("hybrid recall@5 ≥ 0.93", figures["quality"]["hybrid"]["all"]["recall@5"], TARGETS["recall_all"], True),
+        (
+            "cross-language recall@5 ≥ 0.80",
+            figures["quality"]["hybrid"]["cross"]["recall@5"],
+            TARGETS["recall_cross"],
+            True,
+        ),
+    ]
+    if not args.quick:
+        root = corpus.ensure_corpus(args.root.resolve())
+        print(f"== 100k corpus {root} ({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})", flush=True)
+        figures.update(speed(root, cold=not args.skip_cold))
+        checks += [
+            ("warm rebuild ≥ 4,000 cards/s", figures["rebuild_warm"]["cards_per_s"], TARGETS["warm_rebuild"], True),
+            ("short search p50 ≤ 3 ms", figures["search_short"]["p50_ms"], TARGETS["search_p50_ms"], False),
+            ("short search p99 ≤ 10 ms", figures["search_short"]["p99_ms"], TARGETS["search_p99_ms"], False),
+            ("natural search p50 ≤ 3 ms", figures["search_natural"]["p50_ms"], TARGETS["search_p50_ms"], False),
+            ("natural search p99 ≤ 10 ms", figures["search_natural"]["p99_ms"], TARGETS["search_p99_ms"], False),
+            ("serving RSS ≤ 350 MB", figures["serving_rss_mb"], TARGET_RSS_MB, False),
+        ]
+    print("== against the targets")
+    for label, value, target, higher in checks:
+        met = value >= target if higher else value <= target
+        print(f"  {label:<36} {value:>10}  {'met' if met else 'NOT MET'}")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

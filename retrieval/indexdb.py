@@ -1,0 +1,236 @@
+"""The index's SQLite file: schema, per-thread connections, and rebuild on first use.
+
+Split out of `retrieval.index` (which holds the rows, writes, rebuilds and reads). The
+index file attaches the vector cache (`retrieval.vectors`, ``vectors.sqlite3`` beside
+it) as schema ``vc``, so one query joins a bucket's rows to their vectors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from filelock import FileLock
+
+from facts.atomic import PRIVATE_FILE_MODE, create_private_file, make_private_dirs
+
+from . import vectors
+
+log = logging.getLogger(__name__)
+
+# Bump when the schema or the tokenization changes: an index of another version is
+# rebuilt on first use, and its rows count as changed in `drift`.
+SCHEMA_VERSION = 5  # 5: vector hashes (vhash) and stemmed English terms
+INDEX_DIR = ".retrieval"
+INDEX_FILE = "index.sqlite3"
+BUSY_TIMEOUT_MS = 30_000
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS cards (
+    rid INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    scope TEXT NOT NULL,
+    bucket TEXT NOT NULL,
+    user_id TEXT,
+    agent_name TEXT,
+    project_id TEXT,
+    category TEXT NOT NULL,
+    confidence REAL NOT NULL,
+    created_at TEXT NOT NULL,
+    created_ts REAL NOT NULL,
+    expires_ts REAL,
+    content TEXT NOT NULL,
+    terms TEXT NOT NULL,
+    dl INTEGER NOT NULL,
+    sig TEXT NOT NULL,
+    vhash TEXT
+);
+-- Vector search reads one bucket's (id, vector hash) pairs; erasure asks whether any
+-- other row still holds a vector hash before dropping the vector.
+CREATE INDEX IF NOT EXISTS cards_vec ON cards (bucket, id, vhash, expires_ts);
+CREATE INDEX IF NOT EXISTS cards_vhash ON cards (vhash);
+-- The render reads one bucket's cards, best first (render_context).
+-- Covering, so the listing never touches the wide rows; contents come by id after.
+CREATE INDEX IF NOT EXISTS cards_bucket ON cards (bucket, confidence DESC, id, category, expires_ts);
+-- Document frequency of every term, and the corpus totals: what BM25's IDF and length
+-- normalisation need. FTS5's own bm25() counts every matching row of the whole index
+-- for each query term (2–10 ms for a common word at 100k rows); these make it O(terms).
+CREATE TABLE IF NOT EXISTS df (term TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS stats (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
+    scope, terms, content='cards', content_rowid='rid', tokenize='unicode61'
+);
+"""
+
+
+class IndexUnavailable(Exception):
+    """The index could not be opened or rebuilt (disk full, permissions, …)."""
+
+
+# --- connections --------------------------------------------------------------------
+
+
+def index_path() -> Path:
+    return Path(settings.MEMORY_ROOT) / INDEX_DIR / INDEX_FILE
+
+
+@dataclass
+class _Handle:
+    path: Path
+    pid: int
+    ident: tuple[int, int]
+    conn: sqlite3.Connection
+
+
+_local = threading.local()
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    create_private_file(path)
+    # Autocommit mode: transactions are opened explicitly with BEGIN IMMEDIATE.
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    vectors.attach(conn, path.parent)
+    return conn
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _schema_ok(conn: sqlite3.Connection) -> bool:
+    if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+        return False
+    conn.execute("SELECT rid FROM cards LIMIT 1").fetchall()
+    conn.execute("SELECT rowid FROM fts WHERE fts MATCH 'x' LIMIT 1").fetchall()
+    return True
+
+
+def _create_schema(conn: sqlite3.Connection) -> None:
+    conn.executescript(_SCHEMA)
+    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+
+def _rebuild_lock(path: Path) -> FileLock:
+    return FileLock(str(path.parent / "rebuild.lock"), timeout=600, mode=PRIVATE_FILE_MODE)
+
+
+def _remove_files(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{path}{suffix}")
+
+
+def _close_handle() -> None:
+    handle: _Handle | None = getattr(_local, "handle", None)
+    _local.handle = None
+    if handle is not None:
+        with contextlib.suppress(sqlite3.Error):
+            handle.conn.close()
+
+
+def is_corruption(exc: BaseException) -> bool:
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    text = str(exc).lower()
+    if "locked" in text or "busy" in text:
+        return False
+    return not isinstance(exc, sqlite3.OperationalError) or any(
+        word in text for word in ("malformed", "not a database", "no such table", "no such column", "corrupt")
+    )
+
+
+def connection() -> sqlite3.Connection:
+    """This thread's connection to the index, opened once and reused.
+
+    It is reopened when the settings point at another MEMORY_ROOT, after a fork, or
+    when the file was replaced or deleted; a missing, corrupt or outdated index is
+    rebuilt from the files first.
+    """
+    path = index_path()
+    handle: _Handle | None = getattr(_local, "handle", None)
+    if handle is not None and handle.path == path and handle.pid == os.getpid() and _file_id(path) == handle.ident:
+        return handle.conn
+    _close_handle()
+    conn = _open_ready(path)
+    ident = _file_id(path)
+    assert ident is not None
+    _local.handle = _Handle(path, os.getpid(), ident, conn)
+    return conn
+
+
+def reset() -> None:
+    """Forget this thread's connection (tests, and after a corruption)."""
+    _close_handle()
+
+
+def _open_ready(path: Path) -> sqlite3.Connection:
+    make_private_dirs(path.parent)
+    if path.exists():
+        try:
+            conn = _connect(path)
+            if _schema_ok(conn):
+                return conn
+            conn.close()
+        except sqlite3.DatabaseError as exc:
+            if not is_corruption(exc):
+                raise
+    return _rebuild_from_files(path)
+
+
+def _rebuild_from_files(path: Path) -> sqlite3.Connection:
+    """Missing, corrupt or outdated: rebuild it from the files, once across processes."""
+    from facts.mirror import snapshot
+    from facts.store import get_store
+
+    with _rebuild_lock(path):
+        if path.exists():
+            try:
+                conn = _connect(path)
+                if _schema_ok(conn):  # another process rebuilt it while we waited
+                    return conn
+                conn.close()
+            except sqlite3.DatabaseError as exc:
+                if not is_corruption(exc):
+                    raise
+            log.warning("search index %s is corrupt or outdated: rebuilding it from the files", path)
+            _remove_files(path)
+        else:
+            log.info("search index %s is missing: building it from the files", path)
+        conn = _connect(path)
+        _create_schema(conn)
+        snap = snapshot(get_store())
+        from .index import _fill
+
+        count = _fill(conn, snap)
+        log.info("search index rebuilt: %d cards", count)
+        return conn
+
+
+def _retrying(action: Callable[[sqlite3.Connection], object]) -> object:
+    """Run `action` on the connection; on corruption, rebuild the index and retry once."""
+    try:
+        return action(connection())
+    except sqlite3.DatabaseError as exc:
+        if not is_corruption(exc):
+            raise
+        log.warning("search index corrupt (%s): rebuilding", exc)
+        _close_handle()
+        path = index_path()
+        with _rebuild_lock(path):
+            _remove_files(path)
+        return action(connection())

@@ -1,0 +1,156 @@
+"""Reads of the search index: lexical BM25 candidates, vector ranking, and the rows
+the render and the search show. Split out of `retrieval.index` (issue 17's size rule);
+`retrieval.index` re-exports these names.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from collections.abc import Sequence
+
+from . import vectors
+from .indexdb import _retrying
+from .tokenize import quote
+
+
+def _scope_term(bucket: str) -> str:
+    from .index import scope_term
+
+    return scope_term(bucket)
+
+
+# --- reads --------------------------------------------------------------------------
+
+
+def _match(terms: Sequence[str], scopes: Sequence[str]) -> str:
+    scope = " OR ".join(quote(_scope_term(b)) for b in scopes)
+    words = " OR ".join(quote(t) for t in terms)
+    return f"scope : ({scope}) AND terms : ({words})"
+
+
+_SEARCH = """
+SELECT c.id, c.content, c.category, c.confidence, c.created_at, c.terms, c.dl, c.bucket
+FROM fts JOIN cards AS c ON c.rid = fts.rowid
+WHERE fts MATCH ? AND (c.expires_ts IS NULL OR c.expires_ts > ?)
+"""
+BM25_K1 = 1.2
+BM25_B = 0.75
+
+
+def _idf(docs: int, n: int) -> float:
+    # FTS5's definition, including its floor for terms in more than half the rows.
+    idf = math.log((docs - n + 0.5) / (n + 0.5))
+    return idf if idf > 0 else 1e-6
+
+
+def candidates(terms: Sequence[str], buckets: Sequence[str], *, limit: int, now_ts: float) -> list[tuple]:
+    """The `limit` best BM25 matches of `terms` inside `buckets`, best first: rows of
+    (id, content, category, confidence, created_at, bm25). bm25 is FTS5's formula
+    (k1 = 1.2, b = 0.75, lower is better), computed from the index's own statistics."""
+    if not terms or not buckets:
+        return []
+    query = _match(terms, buckets)
+    allowed = set(buckets)
+    marks = ", ".join("?" * len(terms))
+
+    def run(conn: sqlite3.Connection) -> tuple[list[tuple], dict[str, int], dict[str, int]]:
+        rows = conn.execute(_SEARCH, (query, now_ts)).fetchall()
+        if not rows:
+            return rows, {}, {}
+        freq = dict(conn.execute(f"SELECT term, n FROM df WHERE term IN ({marks})", tuple(terms)).fetchall())
+        totals = dict(conn.execute("SELECT name, value FROM stats").fetchall())
+        return rows, freq, totals
+
+    result = _retrying(run)
+    assert isinstance(result, tuple)
+    rows, freq, totals = result
+    if not rows:
+        return []
+    docs = max(int(totals.get("docs", 0)), 1)
+    avgdl = max(int(totals.get("tokens", 0)), 1) / docs
+    weights = {t: _idf(docs, freq.get(t, 0)) for t in terms}
+    scored = []
+    for fact_id, content, category, confidence, created_at, text, dl, bucket in rows:
+        # The scope term is a hash: the exact bucket is checked too, so a collision
+        # could never show one user another user's facts.
+        if bucket not in allowed:
+            continue
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * dl / avgdl)
+        words = text.split()
+        total = 0.0
+        for term, idf in weights.items():
+            tf = words.count(term)
+            if tf:
+                total += idf * tf * (BM25_K1 + 1) / (tf + norm)
+        scored.append((fact_id, content, category, confidence, created_at, -total))
+    scored.sort(key=lambda row: (row[5], row[0]))
+    return scored[:limit]
+
+
+def bucket_queues(buckets: Sequence[str], now_ts: float) -> tuple[list[str], list[str], list[str]]:
+    """The ids of `buckets`' live cards as two queues, corrections and the rest, each by
+    confidence (desc) then id, plus the ids of the cards past their `expires_at`. Read
+    from a covering index, ids only: the render asks for the few contents it shows
+    with `contents`."""
+    if not buckets:
+        return [], [], []
+    marks = ", ".join("?" * len(buckets))
+    where = f"bucket IN ({marks})" if len(buckets) > 1 else "bucket = ?"
+    live = "(expires_ts IS NULL OR expires_ts > ?)"
+    order = "ORDER BY confidence DESC, id"
+    args = (*buckets, now_ts)
+
+    def run(conn: sqlite3.Connection) -> tuple[list[str], list[str], list[str]]:
+        def ids(sql: str) -> list[str]:
+            # One string per queue instead of a Python row per card (a third of the
+            # time at 1,000 cards); SQLite aggregates the ordered subquery in order.
+            joined = conn.execute(f"SELECT group_concat(id, ' ') FROM ({sql})", args).fetchone()[0]
+            return joined.split() if joined else []
+
+        return (
+            ids(f"SELECT id FROM cards WHERE {where} AND {live} AND category = 'correction' {order}"),
+            ids(f"SELECT id FROM cards WHERE {where} AND {live} AND category <> 'correction' {order}"),
+            ids(f"SELECT id FROM cards WHERE {where} AND NOT {live} {order}"),
+        )
+
+    result = _retrying(run)
+    assert isinstance(result, tuple)
+    return result
+
+
+def contents(ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """id → (category, content)."""
+    if not ids:
+        return {}
+    marks = ", ".join("?" * len(ids))
+    sql = f"SELECT id, category, content FROM cards WHERE id IN ({marks})"
+    rows = _retrying(lambda conn: conn.execute(sql, tuple(ids)).fetchall())
+    assert isinstance(rows, list)
+    return {fact_id: (category, content) for fact_id, category, content in rows}
+
+
+def count() -> int:
+    return int(_retrying(lambda conn: conn.execute("SELECT count(*) FROM cards").fetchone()[0]))  # type: ignore[arg-type]
+
+
+def card_fields(ids: Sequence[str]) -> dict[str, tuple[str, str, float, str]]:
+    """id → (content, category, confidence, created_at) of the rows of `ids`."""
+    if not ids:
+        return {}
+    marks = ", ".join("?" * len(ids))
+    sql = f"SELECT id, content, category, confidence, created_at FROM cards WHERE id IN ({marks})"
+    rows = _retrying(lambda conn: conn.execute(sql, tuple(ids)).fetchall())
+    assert isinstance(rows, list)
+    return {row[0]: tuple(row[1:]) for row in rows}  # type: ignore[misc]
+
+
+def vector_ranking(query: str, buckets: Sequence[str], *, now_ts: float) -> list[tuple[str, float]]:
+    """The live cards of `buckets` by cosine similarity to `query`, best first."""
+    if not buckets:
+        return []
+    # Embed before touching the index: a corruption retry must not embed twice.
+    vectors.query_vector(query)
+    result = _retrying(lambda conn: vectors.rank(conn, query, buckets, now_ts=now_ts))
+    assert isinstance(result, list)
+    return result
