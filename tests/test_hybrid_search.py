@@ -191,13 +191,13 @@ def test_doctor_checks_that_the_model_loads(embeddings: None, monkeypatch: pytes
 
 
 def test_erasing_a_user_leaves_no_vector_of_their_words(embeddings: None, make_card, memory_root) -> None:
-    from facts import erasure
-    from facts.erasure import Scope
+    from facts.erasure.run import erase
+    from facts.erasure.scope import Scope
 
     secret = "Xena's passport number is kept in the blue folder."
     save_card(make_card(user_id="xena", content=secret), actor="t")
     kept = save_card(make_card(user_id="yuri", content="Yuri prefers green tea."), actor="t")
-    erasure.erase(Scope.of("xena"), actor="tester")
+    erase(Scope.of("xena"), actor="tester")
     assert _cached_hashes() == {vectors.content_hash(kept.content)}
     raw = (memory_root / ".retrieval" / "vectors.sqlite3").read_bytes()
     assert vectors.content_hash(secret).encode() not in raw, "the scrub leaves no deleted row behind"
