@@ -30,12 +30,13 @@ from django.db.models import F, Q
 from django.utils import timezone
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
 
-from . import bulk, claims, gate
+from . import bulk, claims
 from .enums import PROFILE_SECTIONS
 from .erasure import ErasureInProgress, erasing, refuse_turn
 from .extraction import ExtractionError, extract, extractor_for, model_name_for
 from .filtering import Row, filter_messages, has_user_text, text_of, to_message
 from .models import Candidate, ExtractedMessage, ExtractionRun, FactCard, Turn
+from .runs import Context, apply_runs, json_safe
 from .sanitize import InvalidMessage, NonFinite, clean_value, has_control
 from .schemas import Parsed, parse_update
 from .store import InvalidId, get_store, normalize_agent, normalize_id
@@ -565,7 +566,7 @@ class _Started:
 
     run: ExtractionRun
     result: RunResult
-    ctx: gate.Context | None  # None: no user words left, nothing to judge
+    ctx: Context | None  # None: no user words left, nothing to judge
     parsed: list[Parsed]
     fed: list[str]  # the message ids it was fed
     turn_ids: Sequence[int]
@@ -646,7 +647,7 @@ def _start(
             parsed = parse_update(model_output)
         except TypeError:
             parsed = [Parsed("fact", 0, model_output, None, "model output is not a JSON object")]
-        run.raw_output = gate._json_safe(model_output)
+        run.raw_output = json_safe(model_output)
     else:
         profile, existing = _reference(user_id, agent_name, project_id)
         try:
@@ -656,12 +657,12 @@ def _start(
             _finish(run, ExtractionRun.Status.FAILED, started)
             raise
         parsed = extraction.parsed
-        run.raw_output = gate._json_safe(extraction.arguments)
+        run.raw_output = json_safe(extraction.arguments)
         run.model_ms = extraction.model_ms
         run.prompt_tokens = extraction.prompt_tokens
         run.completion_tokens = extraction.completion_tokens
         run.model_name = extraction.model_name or run.model_name
-    ctx = gate.Context.from_settings(
+    ctx = Context.from_settings(
         user_id=user_id, agent_name=agent_name, thread_id=thread_id, project_id=project_id or None, rows=rows, now=now
     )
     return _Started(run, result, ctx, parsed, fed, turn_ids, started)
@@ -691,7 +692,7 @@ def _apply(started: Sequence[_Started]) -> list[RunResult]:
         for s in started:
             s.finish()
 
-    outcomes = gate.apply_runs([(s.run, s.parsed, s.ctx) for s in judged if s.ctx], record=record)
+    outcomes = apply_runs([(s.run, s.parsed, s.ctx) for s in judged if s.ctx], record=record)
     by_run = {id(s): rows for s, rows in zip(judged, outcomes, strict=True)}
     return [s.summarize(by_run.get(id(s), [])) if held[id(s)] else s.result for s in everything]
 

@@ -21,6 +21,7 @@ from .access import CURATE
 from .enums import CardStatus
 from .forms import ApproveForm, BulkForm, CandidateFilters, DismissForm, day_end, day_start
 from .models import Candidate, FactCard
+from .review import apply_candidate, dismiss_candidate
 from .store import LockTimeout, RevisionConflict
 from .views import actor_of, changed, open_candidates, page_of, query_without_page
 
@@ -181,19 +182,13 @@ def back(request: HttpRequest, default: str) -> str:
     return default
 
 
-def gate() -> Any:
-    from . import gate as module
-
-    return module
-
-
 def approve_one(request: HttpRequest, candidate: Candidate, note: str, overrides: dict[str, Any] | None) -> str | None:
     """The gate writes the card, records the review and the audit event."""
-    return gate().apply_candidate(candidate, actor=actor_of(request), note=note, overrides=overrides or None)
+    return apply_candidate(candidate, actor=actor_of(request), note=note, overrides=overrides or None)
 
 
 def dismiss_one(request: HttpRequest, candidate: Candidate, note: str) -> None:
-    gate().dismiss_candidate(candidate, actor=actor_of(request), note=note)
+    dismiss_candidate(candidate, actor=actor_of(request), note=note)
 
 
 def to_page(request: HttpRequest, url: str) -> HttpResponse:

@@ -276,14 +276,14 @@ def test_it_makes_the_in_process_middleware_drop_a_refused_turn_instead_of_queue
 
 
 def test_it_lets_a_model_call_that_outlives_the_whole_erasure_write_nothing(memory_root: Path) -> None:
-    from facts import gate
+    from facts import runs
     from facts.ingestion import _start
 
     started = _start(**turns()[1], project_id="")  # the run is recorded, the model has answered ...
     erasure.erase(Scope.of("xena"), actor="tester")  # ... and the erasure runs to its end meanwhile
 
     with pytest.raises(ErasureInProgress):
-        gate.apply_runs([(started.run, started.parsed, started.ctx)])
+        runs.apply_runs([(started.run, started.parsed, started.ctx)])
 
     assert not FactCard.objects.filter(user_id="xena").exists()
     assert not (memory_root / "users" / "xena").exists()
