@@ -9,21 +9,11 @@ from typing import Any
 from django import forms
 
 from .enums import PROFILE_SECTIONS, CardStatus, Category, choices
+from .gate import REASON_CODES
 from .models import AuditEvent, Candidate
 from .store import InvalidId, normalize_agent, normalize_id
 
 ANY = [("", "any")]
-REASON_CODES = (
-    "scope_thread",
-    "scope_project",
-    "temporary",
-    "transactional",
-    "low_confidence",
-    "evidence_missing",
-    "evidence_not_user",
-    "duplicate",
-    "invalid",
-)
 
 
 def clean_agent(value: str) -> str:
