@@ -1,7 +1,7 @@
 """What a stored turn may contain: the rule for control characters and non-finite numbers.
 
 Every door (the HTTP API, the in-process LangChain middleware, the ``ingest`` command)
-goes through `facts.ingestion.clean_turn`, which applies this module:
+goes through `facts.turns.clean_turn`, which applies this module:
 
 - **Ids** (user, thread, project, message) with any control character are refused: an id
   carrying one is always a client bug, and PostgreSQL cannot store a NUL at all.

@@ -102,7 +102,7 @@ def _turn(request: HttpRequest, *, flush: bool) -> HttpResponse:
     if denied := _forbidden(request.api_key, turn.user_id, turn.agent_name):  # type: ignore[attr-defined]
         return denied
     from facts.erasure import ErasureInProgress
-    from facts.ingestion import TurnRejected
+    from facts.turns import TurnRejected
 
     scope = api_service.Scope(turn.user_id, turn.agent_name, turn.project_id)
     try:

@@ -1,7 +1,7 @@
 """What the agents' front door does, shared by the HTTP views and the in-process
 `LocalMemory`, so both paths behave the same.
 
-The write side (`facts.ingestion`) and the read side (`retrieval`) are imported
+The write side (`facts.queue`) and the read side (`retrieval`) are imported
 lazily: this module composes them and owns neither.
 """
 
@@ -45,9 +45,9 @@ def accept_turn(
 ) -> dict[str, Any]:
     """Store the turn (before answering) and schedule its extraction.
 
-    Raises `facts.ingestion.TurnRejected` for input the write side refuses.
+    Raises `facts.turns.TurnRejected` for input the write side refuses.
     """
-    from facts.ingestion import record_turn
+    from facts.queue import record_turn
 
     with _writer_slot():
         receipt = record_turn(

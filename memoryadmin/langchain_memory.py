@@ -476,7 +476,7 @@ class LocalMemory:
         self, ctx: MemoryContext, messages: Sequence[Mapping[str, Any]], *, flush: bool = False
     ) -> dict[str, Any]:
         from facts.erasure import ErasureInProgress
-        from facts.ingestion import TurnRejected
+        from facts.turns import TurnRejected
         from memoryadmin import api_service
         from memoryadmin.api_schemas import BadRequest, check_json_value, clean_id, parse_turn
 

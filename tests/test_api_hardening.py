@@ -18,8 +18,9 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 
-from facts.ingestion import TurnRejected, record_turn
 from facts.models import AuditEvent, Turn
+from facts.queue import record_turn
+from facts.turns import TurnRejected
 from facts.writer import save_card
 from memoryadmin import api_auth
 from memoryadmin.api_schemas import CHUNK_BYTES

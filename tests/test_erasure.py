@@ -14,7 +14,6 @@ from django.test import Client
 
 from facts import erasure, writer
 from facts.erasure import ErasureInProgress, Scope
-from facts.ingestion import process_thread, record_turn, run_turns_now
 from facts.models import (
     AuditEvent,
     Candidate,
@@ -28,7 +27,10 @@ from facts.models import (
     ProfileSection,
     Turn,
 )
+from facts.pipeline import run_turns_now
+from facts.queue import record_turn
 from facts.store import get_store
+from facts.tasks import process_thread
 from memoryadmin import rebuild
 from retrieval.models import GoldenQuery
 from retrieval.search import search
@@ -277,7 +279,7 @@ def test_it_makes_the_in_process_middleware_drop_a_refused_turn_instead_of_queue
 
 def test_it_lets_a_model_call_that_outlives_the_whole_erasure_write_nothing(memory_root: Path) -> None:
     from facts import runs
-    from facts.ingestion import _start
+    from facts.pipeline import _start
 
     started = _start(**turns()[1], project_id="")  # the run is recorded, the model has answered ...
     erasure.erase(Scope.of("xena"), actor="tester")  # ... and the erasure runs to its end meanwhile

@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 
 from facts import extract_rules
 from facts.extraction import ExtractionError, active_extractor, extract
-from facts.ingestion import record_turn, run_turns_now
 from facts.models import Candidate, ExtractionRun, FactCard
+from facts.pipeline import run_turns_now
+from facts.queue import record_turn
 from retrieval.render import render_context
 from tests.factories import fact_candidate
 from tests.openai_stub import OpenAIStub

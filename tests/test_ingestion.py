@@ -9,9 +9,12 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from facts import ingestion
-from facts.ingestion import TurnRejected, process_thread, record_turn, run_turns_now
+from facts import pipeline, queue
 from facts.models import Candidate, ExtractedMessage, ExtractionRun, FactCard, Turn
+from facts.pipeline import run_turns_now
+from facts.queue import record_turn
+from facts.tasks import process_thread
+from facts.turns import TurnRejected
 from tests.factories import fact_candidate
 from tests.openai_stub import OpenAIStub
 
@@ -243,8 +246,8 @@ def test_the_pipeline_sends_profile_and_facts_as_reference_only(openai_stub: Ope
     assert "response_language" in payload and "existing_facts" in payload
 
 
-def test_ingestion_exposes_its_names() -> None:
-    assert callable(ingestion.record_turn) and callable(ingestion.run_turns_now)
+def test_the_queue_and_the_pipeline_expose_their_names() -> None:
+    assert callable(queue.record_turn) and callable(pipeline.run_turns_now)
 
 
 class _Null:
