@@ -1,36 +1,44 @@
-"""What a turn is, and its validation before it is stored or run.
+"""What a turn is, and the one validation every door puts it through.
 
-An agent's turn (user, agent, thread, optional project, its messages) is checked by
-`clean_turn`: the ids, the message list and each message (its shape, size, id, and
-what a stored turn may hold: `facts.sanitize`). Every message gets a stable id; the
-`CleanTurn` it returns holds LangChain dicts ready to be stored.
+An agent's turn (user, agent, thread, optional project, its messages) reaches memory
+through the HTTP API, the in-process LangChain middleware or the ``ingest`` command;
+each of them calls `clean_turn`, so the same input is refused with the same words
+everywhere (the API answers them as 400s). `clean_turn` checks the ids, the message
+list and each message (its shape, id, size, and what a stored turn may hold:
+`facts.sanitize`), gives every message a stable id, and returns a `CleanTurn` whose
+messages are LangChain dicts ready to be stored.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from django.conf import settings
 from langchain_core.messages import BaseMessage, message_to_dict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .filtering import text_of, to_message
-from .sanitize import InvalidMessage, NonFinite, clean_value, has_control
+from .sanitize import InvalidMessage, NotJson, check_json, clean_value, error_lines, has_control
 from .store import InvalidId, normalize_agent, normalize_id
 
 
 class TurnRejected(ValueError):
-    """Bad input: `field` names what is wrong (for a 400 answer); str() is the whole text."""
+    """Bad input: `field` names what is wrong, `code` is the API's error code
+    (``invalid_field``, ``missing_field`` or ``malformed``); str() is the whole text."""
 
-    def __init__(self, field: str, message: str) -> None:
+    def __init__(self, field: str, message: str, *, code: str = "invalid_field") -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+        self.code = code
 
     @classmethod
     def from_lines(cls, lines: list[str]) -> TurnRejected:
+        """Several problems of one message (pydantic's errors), one short line each."""
         field, _, message = lines[0].partition(": ")
         exc = cls(field, message)
         exc.args = ("; ".join(lines),)
@@ -51,14 +59,64 @@ class CleanTurn:
         return {"user_id": self.user_id, "agent_name": self.agent_name, "thread_id": self.thread_id}
 
 
-def _required_id(field_name: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise TurnRejected(field_name, "a non-empty string is required")
+class MessageIn(BaseModel):
+    """The shape of one message sent as a role dict (OpenAI's and LangChain's roles)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    # Optional: a stable id is derived from the content when it is missing.
+    id: str | None = Field(default=None, min_length=1, max_length=200)
+    role: Literal["user", "assistant", "system", "developer", "tool", "function", "human", "ai"]
+    # LangChain's own shape: a string or a list of content blocks (strings or objects).
+    content: str | list[str | dict[str, Any]] = ""
+    additional_kwargs: dict[str, Any] = Field(default_factory=dict)
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+
+
+# --- ids ---------------------------------------------------------------------------
+
+
+def clean_id(field: str, value: Any, *, required: bool) -> str | None:
+    """A user, thread or project id as sent (None when absent and not required).
+
+    Ids are stored hashed on disk whatever they contain, but ids that look like paths
+    or carry control characters are refused: they are always a client bug.
+    """
+    if value is None or value == "":
+        if required:
+            raise TurnRejected(field, "is required", code="missing_field")
+        return None
+    if not isinstance(value, str):
+        raise TurnRejected(field, "must be a string")
     if len(value) > settings.API_MAX_ID_CHARS:
-        raise TurnRejected(field_name, f"at most {settings.API_MAX_ID_CHARS} characters")
-    if has_control(value):  # facts/sanitize.py: ids are refused, text is cleaned
-        raise TurnRejected(field_name, "must not contain control characters")
+        raise TurnRejected(field, f"is longer than {settings.API_MAX_ID_CHARS} characters")
+    if has_control(value) or "/" in value or "\\" in value or value.strip(".") == "":
+        raise TurnRejected(field, "must not contain '/', '\\', control characters, or be only dots")
+    try:
+        check_json(value)
+        normalize_id(value, what=field)
+    except NotJson as exc:
+        raise _not_json(exc) from None
+    except InvalidId as exc:
+        raise TurnRejected(field, str(exc)) from None
     return value
+
+
+def clean_agent(value: Any) -> str:
+    """The agent's bucket name (``__default__`` when there is none)."""
+    if value is not None and not isinstance(value, str):
+        raise TurnRejected("agent_name", "must be a string")
+    try:
+        return normalize_agent(value)
+    except InvalidId as exc:
+        raise TurnRejected("agent_name", str(exc)) from None
+
+
+def _not_json(exc: NotJson) -> TurnRejected:
+    return TurnRejected(exc.field, exc.message, code="malformed" if exc.malformed else "invalid_field")
+
+
+# --- messages ----------------------------------------------------------------------
 
 
 def _stable_id(message: BaseMessage, seen: set[str]) -> str:
@@ -72,6 +130,30 @@ def _stable_id(message: BaseMessage, seen: set[str]) -> str:
     return candidate
 
 
+def _message(raw: Any, index: int) -> BaseMessage:
+    """One message as LangChain's object, from an object, a role dict or LangChain's dict."""
+    where = f"messages[{index}]"
+    if isinstance(raw, BaseMessage):
+        return raw  # handed over in process
+    if not isinstance(raw, Mapping):
+        raise TurnRejected(where, "must be an object")
+    if "role" in raw:
+        try:
+            MessageIn.model_validate(raw)
+        except ValidationError as exc:
+            raise TurnRejected.from_lines(error_lines(exc.errors(), ("messages", index))) from None
+    try:
+        return to_message(raw)
+    except InvalidMessage as exc:
+        raise TurnRejected.from_lines(exc.lines(("messages", index))) from None
+    except ValueError as exc:
+        raise TurnRejected(where, str(exc)[:300]) from None
+
+
+def _size(content: Any) -> int:
+    return len(content) if isinstance(content, str) else len(json.dumps(content, default=str))
+
+
 def clean_turn(
     *,
     user_id: Any,
@@ -81,60 +163,44 @@ def clean_turn(
     messages: Any,
 ) -> CleanTurn:
     """Validate a turn; raise `TurnRejected(field, message)` on the first problem."""
-    user_id = _required_id("user_id", user_id)
-    try:
-        normalize_id(user_id, what="user_id")
-    except InvalidId as exc:
-        raise TurnRejected("user_id", str(exc)) from None
-    if agent_name is not None and not isinstance(agent_name, str):
-        raise TurnRejected("agent_name", "must be a string")
-    try:
-        agent = normalize_agent(agent_name)
-    except InvalidId as exc:
-        raise TurnRejected("agent_name", str(exc)) from None
-    thread_id = _required_id("thread_id", thread_id)
-    if project_id in (None, ""):
-        project = ""
-    else:
-        project = _required_id("project_id", project_id)
-        try:
-            normalize_id(project, what="project_id")
-        except InvalidId as exc:
-            raise TurnRejected("project_id", str(exc)) from None
+    user = clean_id("user_id", user_id, required=True)
+    agent = clean_agent(agent_name)
+    thread = clean_id("thread_id", thread_id, required=True)
+    project = clean_id("project_id", project_id, required=False) or ""
+    if messages is None:
+        raise TurnRejected("messages", "is required", code="missing_field")
     if not isinstance(messages, list | tuple):
-        raise TurnRejected("messages", "a list of messages is required")
+        raise TurnRejected("messages", "must be a list")
+    if not messages:
+        raise TurnRejected("messages", "must not be empty")
     if len(messages) > settings.API_MAX_MESSAGES:
-        raise TurnRejected("messages", f"at most {settings.API_MAX_MESSAGES} messages per turn")
+        raise TurnRejected("messages", f"holds more than {settings.API_MAX_MESSAGES} messages")
+    max_chars = settings.API_MAX_MESSAGE_CHARS
     cleaned: list[dict[str, Any]] = []
     ids: list[str] = []
     seen: set[str] = set()
     for index, raw in enumerate(messages):
         where = f"messages[{index}]"
-        try:
-            message = to_message(raw)
-        except InvalidMessage as exc:
-            raise TurnRejected.from_lines(exc.lines(("messages", index))) from None
-        except ValueError as exc:
-            raise TurnRejected(where, str(exc)[:300]) from None
-        if len(text_of(message.content)) > settings.API_MAX_MESSAGE_CHARS:
-            raise TurnRejected(where, f"content longer than {settings.API_MAX_MESSAGE_CHARS} characters")
+        message = _message(raw, index)
         if message.id is not None and (not isinstance(message.id, str) or len(message.id) > 200):
             raise TurnRejected(f"{where}.id", "at most 200 characters")
         if message.id and has_control(message.id):
             raise TurnRejected(f"{where}.id", "must not contain control characters")
+        if message.id and message.id in seen:
+            raise TurnRejected(f"{where}.id", f"repeats the id {message.id!r} of an earlier message")
+        if _size(message.content) > max_chars:
+            raise TurnRejected(f"{where}.content", f"is longer than {max_chars} characters")
         if not message.id:
             message = message.model_copy(update={"id": _stable_id(message, seen)})
-        elif message.id in seen:
-            continue  # the same message twice in one turn
         seen.add(message.id)
         ids.append(message.id)
         stored = message_to_dict(message)
         try:
-            # Control characters out of every string, NaN/Infinity refused (facts/sanitize.py).
-            stored["data"] = clean_value(stored["data"], ("messages", index))
-        except NonFinite as exc:
-            raise TurnRejected(
-                exc.path, "NaN and Infinity are not JSON numbers; send a finite number or null"
-            ) from None
+            # What a stored turn may hold (facts/sanitize.py): JSON only (finite numbers,
+            # not too deep, valid Unicode); control characters out of every string.
+            check_json(stored["data"], ("messages", index))
+        except NotJson as exc:
+            raise _not_json(exc) from None
+        stored["data"] = clean_value(stored["data"])
         cleaned.append(stored)
-    return CleanTurn(user_id, agent, thread_id, project, cleaned, ids)
+    return CleanTurn(str(user), agent, str(thread), project, cleaned, ids)

@@ -280,6 +280,31 @@ def test_the_write_side_reports_langchains_own_errors_the_same_way() -> None:
     assert str(caught.value) == "messages[0].content[0]: Input should be a valid string or a valid dictionary"
 
 
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"user_id": "a/b"},
+        {"thread_id": None},
+        {"agent_name": "Not An Agent!"},
+        {"messages": []},
+        {"messages": [{"id": "m1", "role": "wizard", "content": "x"}]},
+        {"messages": [{"id": "m1", "role": "user", "content": "a"}, {"id": "m1", "role": "user", "content": "b"}]},
+        {"messages": [{"id": "m\x001", "role": "user", "content": "x"}]},
+        {"messages": [{"id": "m1", "role": "user", "content": "hi", "additional_kwargs": {"score": float("inf")}}]},
+    ],
+)
+def test_every_door_refuses_a_bad_turn_with_the_same_words(agent: Client, overrides: dict[str, Any]) -> None:
+    body = turn_body(**overrides)
+    over_http = error_of(post_raw(agent, json.dumps(body)))["message"]
+    with pytest.raises(TurnRejected) as written:
+        record_turn(**body)
+    ctx = MemoryContext(user_id=body["user_id"], agent_name=body["agent_name"], thread_id=body["thread_id"])
+    with pytest.raises(MemoryRejected) as in_process:
+        LocalMemory().record_turn(ctx, body["messages"])
+    assert over_http == str(written.value) == str(in_process.value)
+    assert Turn.objects.count() == 0
+
+
 # --- wrong keys throttled per address ----------------------------------------------------------------
 
 

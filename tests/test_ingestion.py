@@ -182,7 +182,7 @@ def test_process_turns_handles_every_due_thread(openai_stub: OpenAIStub) -> None
         ({"project_id": 5}, "project_id"),
         ({"messages": "hello"}, "messages"),
         ({"messages": [{"content": "no role"}]}, "messages[0]"),
-        ({"messages": [{"role": "user", "content": "x" * 200_000}]}, "messages[0]"),
+        ({"messages": [{"role": "user", "content": "x" * 200_000}]}, "messages[0].content"),
     ],
 )
 def test_it_rejects_bad_input_naming_the_field(overrides: dict[str, Any], field: str) -> None:
@@ -195,7 +195,7 @@ def test_it_rejects_bad_input_naming_the_field(overrides: dict[str, Any], field:
 
 def test_it_rejects_too_many_messages(settings: Any) -> None:
     settings.API_MAX_MESSAGES = 3
-    with pytest.raises(TurnRejected, match="at most 3"):
+    with pytest.raises(TurnRejected, match="holds more than 3 messages"):
         record_turn(**THREAD, messages=turn() + turn("x", "u2", "a2"))
 
 
