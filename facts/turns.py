@@ -76,11 +76,13 @@ class MessageIn(BaseModel):
 # --- ids ---------------------------------------------------------------------------
 
 
-def clean_id(field: str, value: Any, *, required: bool) -> str | None:
+def clean_id(field: str, value: Any, *, required: bool, allow_paths: bool = True) -> str | None:
     """A user, thread or project id as sent (None when absent and not required).
 
-    Ids are stored hashed on disk whatever they contain, but ids that look like paths
-    or carry control characters are refused: they are always a client bug.
+    Ids are stored hashed on disk whatever they contain; one carrying a control
+    character is refused. The agents' doors (the API, the middleware) pass
+    ``allow_paths=False``: from an agent, an id that looks like a path is a client bug,
+    while an import (``ingest``) keeps the ids of the system it comes from.
     """
     if value is None or value == "":
         if required:
@@ -90,8 +92,11 @@ def clean_id(field: str, value: Any, *, required: bool) -> str | None:
         raise TurnRejected(field, "must be a string")
     if len(value) > settings.API_MAX_ID_CHARS:
         raise TurnRejected(field, f"is longer than {settings.API_MAX_ID_CHARS} characters")
-    if has_control(value) or "/" in value or "\\" in value or value.strip(".") == "":
+    path_like = "/" in value or "\\" in value or value.strip(".") == ""
+    if not allow_paths and (path_like or has_control(value)):
         raise TurnRejected(field, "must not contain '/', '\\', control characters, or be only dots")
+    if has_control(value):
+        raise TurnRejected(field, "must not contain control characters")
     try:
         check_json(value)
         normalize_id(value, what=field)
@@ -161,12 +166,15 @@ def clean_turn(
     thread_id: Any,
     project_id: Any = None,
     messages: Any,
+    allow_paths: bool = True,
 ) -> CleanTurn:
-    """Validate a turn; raise `TurnRejected(field, message)` on the first problem."""
-    user = clean_id("user_id", user_id, required=True)
+    """Validate a turn; raise `TurnRejected(field, message)` on the first problem.
+
+    `allow_paths=False` for the agents' doors: see `clean_id`."""
+    user = clean_id("user_id", user_id, required=True, allow_paths=allow_paths)
     agent = clean_agent(agent_name)
-    thread = clean_id("thread_id", thread_id, required=True)
-    project = clean_id("project_id", project_id, required=False) or ""
+    thread = clean_id("thread_id", thread_id, required=True, allow_paths=allow_paths)
+    project = clean_id("project_id", project_id, required=False, allow_paths=allow_paths) or ""
     if messages is None:
         raise TurnRejected("messages", "is required", code="missing_field")
     if not isinstance(messages, list | tuple):

@@ -120,9 +120,9 @@ def _read_chunked(request: Any, limit: int) -> bytes:
 
 
 def clean_id(field: str, value: Any, *, required: bool) -> str | None:
-    """A user, thread or project id, by the write side's rule (`facts.turns.clean_id`)."""
+    """A user, thread or project id, by the write side's rule for agents (`facts.turns.clean_id`)."""
     try:
-        return turns.clean_id(field, value, required=required)
+        return turns.clean_id(field, value, required=required, allow_paths=False)
     except TurnRejected as exc:
         raise BadRequest.of(exc) from None
 
@@ -147,6 +147,7 @@ def parse_turn(data: dict[str, Any]) -> CleanTurn:
             thread_id=data.get("thread_id"),
             project_id=data.get("project_id"),
             messages=data.get("messages"),
+            allow_paths=False,
         )
     except TurnRejected as exc:
         raise BadRequest.of(exc) from None

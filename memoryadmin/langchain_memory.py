@@ -487,6 +487,7 @@ class LocalMemory:
                 thread_id=ctx.thread_id,
                 project_id=ctx.project_id,
                 messages=[dict(m) for m in messages],
+                allow_paths=False,
             )
             return api_service.accept_turn(turn, flush=flush)
         except TurnRejected as exc:

@@ -283,7 +283,7 @@ def test_the_write_side_reports_langchains_own_errors_the_same_way() -> None:
 @pytest.mark.parametrize(
     "overrides",
     [
-        {"user_id": "a/b"},
+        {"user_id": "x" * 201},
         {"thread_id": None},
         {"agent_name": "Not An Agent!"},
         {"messages": []},
