@@ -11,23 +11,13 @@ from django import forms
 
 from facts.enums import PROFILE_SECTIONS, CardStatus, Category, choices
 from facts.errors import InvalidId
+from facts.gate import REASON_CODES
 from facts.ids import check_fact_id, normalize_agent, normalize_id
 from facts.models import AuditEvent, Candidate
 from memoryadmin.models import parse_user_patterns
 from retrieval.limits import SEARCH_LIMIT_DEFAULT, SEARCH_LIMIT_MAX, SEARCH_LIMIT_MIN
 
 ANY = [("", "any")]
-REASON_CODES = (
-    "scope_thread",
-    "scope_project",
-    "temporary",
-    "transactional",
-    "low_confidence",
-    "evidence_missing",
-    "evidence_not_user",
-    "duplicate",
-    "invalid",
-)
 
 
 def clean_agent(value: str) -> str:

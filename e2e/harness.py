@@ -72,10 +72,10 @@ class Seam:
         self.calls: list[tuple[float, Any]] = []
 
     def __enter__(self) -> Seam:
-        from facts import ingestion
+        from facts import pipeline
 
-        self._module = ingestion
-        self._real = ingestion.extract
+        self._module = pipeline
+        self._real = pipeline.extract
 
         def watched(*args: Any, **kwargs: Any) -> Any:
             started = time.perf_counter()
@@ -87,7 +87,7 @@ class Seam:
             self.calls.append((time.perf_counter() - started, result))
             return result
 
-        ingestion.extract = watched
+        pipeline.extract = watched
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -96,14 +96,14 @@ class Seam:
 
 def run_conversation(conversation: dict[str, Any]) -> Call:
     """Feed one conversation through synchronous ingestion and classify the outcome."""
-    from facts import ingestion
+    from facts import pipeline
     from facts.extraction import ExtractionError
 
     name = conversation["name"]
     started = time.perf_counter()
     with Seam() as seam:
         try:
-            result = ingestion.run_turns_now(
+            result = pipeline.run_turns_now(
                 user_id=conversation["user_id"],
                 agent_name=conversation["agent_name"],
                 thread_id=conversation["thread_id"],

@@ -5,7 +5,7 @@ claim token and a lease (`MEMORY_CLAIM_LEASE_SECONDS`, default 120 s). While it 
 a heartbeat thread renews the lease; right before it writes memory it renews it once
 more and gives up if the turns are no longer its own. A worker that dies (SIGKILL, OOM,
 power) stops renewing: once the lease has passed, its turns are *stuck* and the next
-sweep (`facts.ingestion.reclaim_expired`, run by every `db_worker` and by
+sweep (`facts.tasks.reclaim_expired`, run by every `db_worker` and by
 `process_turns`) hands them to another worker. Message ids keep the extraction
 idempotent: a late original that wakes up after the takeover finds its claim gone and
 writes nothing.

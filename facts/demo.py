@@ -16,8 +16,8 @@ from typing import Any, TextIO
 
 from django.db.models import Q
 
-from .ingestion import run_turns_now
 from .models import ExtractedMessage
+from .pipeline import run_turns_now
 
 DEMO_FILE = Path(__file__).parent / "demo_data" / "demo.jsonl"
 

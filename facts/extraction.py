@@ -52,6 +52,10 @@ def extractor_for(model: BaseChatModel | None) -> str:
 def model_name_for(model: BaseChatModel | None) -> str:
     """The name a run records before it has an answer."""
     if extractor_for(model) == "rules":
+        # Lazy, like every import of the extractors here: the rules' patterns take about
+        # 0.1 s to compile, langchain_openai and openai seconds to import on a loaded
+        # machine, and a process (the API, a worker with the other extractor) loads
+        # only the one it runs.
         from .rules_extractor.extractor import NAME
 
         return NAME
@@ -135,7 +139,7 @@ class Extraction:
 
 def build_model(**overrides: Any) -> BaseChatModel:
     """`ChatOpenAI` configured from settings (any OpenAI-compatible server)."""
-    from langchain_openai import ChatOpenAI
+    from langchain_openai import ChatOpenAI  # lazy: see model_name_for
 
     options: dict[str, Any] = {
         "model": settings.MEMORY_LLM_MODEL,
@@ -236,7 +240,7 @@ def extract(
     """
     if extractor_for(model) == "rules":
         return _extract_with_rules(rows, existing_facts)
-    import openai
+    import openai  # lazy: see model_name_for
 
     chat = model or build_model()
     structured = chat.with_structured_output(tool_schema(), method=settings.MEMORY_LLM_METHOD, include_raw=True)
@@ -278,7 +282,7 @@ def extract(
 
 
 def _extract_with_rules(rows: Sequence[Row], existing_facts: Sequence[Mapping[str, Any]]) -> Extraction:
-    from .rules_extractor import extractor
+    from .rules_extractor import extractor  # lazy: see model_name_for
 
     result = extractor.run(rows, existing_facts=existing_facts)
     return Extraction(

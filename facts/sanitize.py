@@ -1,7 +1,7 @@
-"""What a stored turn may contain: the rule for control characters and non-finite numbers.
+"""What a stored turn may contain: the rules for control characters and for what JSON can carry.
 
 Every door (the HTTP API, the in-process LangChain middleware, the ``ingest`` command)
-goes through `facts.ingestion.clean_turn`, which applies this module:
+goes through `facts.turns.clean_turn`, which applies this module:
 
 - **Ids** (user, thread, project, message) with any control character are refused: an id
   carrying one is always a client bug, and PostgreSQL cannot store a NUL at all.
@@ -14,6 +14,8 @@ goes through `facts.ingestion.clean_turn`, which applies this module:
 - **Numbers** must be finite: ``NaN`` and ``±Infinity`` are not JSON, and neither
   SQLite's JSON check nor PostgreSQL's jsonb can store them. A turn holding one is
   refused, and the error names where it is (``messages[0].additional_kwargs.score``).
+  Nesting deeper than 32 levels and lone surrogates are refused too (`check_json`,
+  which the API also applies to every request body).
 """
 
 from __future__ import annotations
@@ -51,32 +53,76 @@ def path_text(parts: Sequence[str | int]) -> str:
     return out
 
 
-class NonFinite(ValueError):
-    def __init__(self, path: str, value: float) -> None:
-        super().__init__(f"{path}: {value!r} is not a JSON number (NaN and Infinity are refused)")
-        self.path = path
-        self.value = value
-
-
-def clean_value(value: Any, path: Sequence[str | int] = ()) -> Any:
+def clean_value(value: Any) -> Any:
     """`value` with the control characters of every string and key removed.
 
-    Raises `NonFinite` naming the first NaN/±Infinity. Containers are copied, strings
-    only when they hold a control character (about 12 µs for a typical message).
+    Containers are copied, strings only when they hold a control character (about
+    12 µs for a typical message). Run `check_json` first: this keeps numbers as they are.
     """
     if isinstance(value, str):
         return strip_controls(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise NonFinite(path_text(path), value)
-        return value
     if isinstance(value, dict):
-        return {
-            (strip_controls(k) if isinstance(k, str) else k): clean_value(v, (*path, str(k))) for k, v in value.items()
-        }
+        return {(strip_controls(k) if isinstance(k, str) else k): clean_value(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [clean_value(item, (*path, i)) for i, item in enumerate(value)]
+        return [clean_value(item) for item in value]
     return value
+
+
+# --- what JSON can carry -----------------------------------------------------------------
+
+MAX_JSON_DEPTH = 32
+
+
+class NotJson(ValueError):
+    """A value no JSON column can store. `field` names the place (``body`` for faults of
+    the whole document); `malformed` marks a broken document rather than a bad field."""
+
+    def __init__(self, field: str, message: str, *, malformed: bool) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+        self.malformed = malformed
+
+
+def check_json(data: Any, path: Sequence[str | int] = ()) -> None:
+    """Refuse nesting deeper than MAX_JSON_DEPTH (counted from the document's root, of
+    which `path` is the place of `data`), strings that are not valid Unicode (JSON's
+    ``\\ud800`` escapes decode to lone surrogates that cannot be stored), and numbers
+    that are not finite: Python's parser takes ``NaN``, ``Infinity`` and ``1e999``,
+    which are not JSON and which neither SQLite's JSON nor PostgreSQL's jsonb can store.
+    """
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, tuple(path))]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, str):
+            _check_text(value)
+            continue
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                name = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+                message = f"{name} is not a JSON number; send a finite number or null"
+                raise NotJson(path_text(where) or "body", message, malformed=False)
+            continue
+        if isinstance(value, dict):
+            children: Any = value.items()
+        elif isinstance(value, list | tuple):
+            children = enumerate(value)
+        else:
+            continue
+        if len(where) >= MAX_JSON_DEPTH:
+            raise NotJson("body", f"JSON nested deeper than {MAX_JSON_DEPTH} levels", malformed=True)
+        for key, item in children:
+            if isinstance(key, str):
+                _check_text(key)
+            if isinstance(item, dict | list | tuple | str | float):
+                stack.append((item, (*where, key)))
+
+
+def _check_text(value: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise NotJson("body", "contains a string that is not valid Unicode (lone surrogate)", malformed=True) from None
 
 
 # --- pydantic errors as short lines ------------------------------------------------------

@@ -102,13 +102,9 @@ def _turn(request: HttpRequest, *, flush: bool) -> HttpResponse:
     if denied := _forbidden(request.api_key, turn.user_id, turn.agent_name):  # type: ignore[attr-defined]
         return denied
     from facts.erasure.guard import ErasureInProgress
-    from facts.ingestion import TurnRejected
 
-    scope = api_service.Scope(turn.user_id, turn.agent_name, turn.project_id)
     try:
-        receipt = api_service.accept_turn(scope, thread_id=turn.thread_id, messages=turn.messages, flush=flush)
-    except TurnRejected as exc:
-        return error(400, "invalid_field", f"{exc.field}: {exc.message}")
+        receipt = api_service.accept_turn(turn, flush=flush)
     except ErasureInProgress as exc:
         # Refused, not stored: the user is being forgotten. Retrying after the erasure
         # ends starts a new memory.

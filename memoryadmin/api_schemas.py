@@ -1,28 +1,25 @@
 """Request bodies and parameters of the agents' API: parsing and validation.
 
-Everything an agent sends is checked here, before any memory code sees it; every
-problem becomes a `BadRequest` naming the field.
+Everything an agent sends is checked here, before any memory code sees it (a turn
+by the one validation every door uses, `facts.turns.clean_turn`); every problem
+becomes a `BadRequest` naming the field.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from django.conf import settings
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from facts.errors import InvalidId
-from facts.ids import normalize_agent, normalize_id
-from facts.sanitize import error_lines, has_control, path_text
+from facts import turns
+from facts.sanitize import MAX_JSON_DEPTH, NotJson, check_json
+from facts.turns import CleanTurn, TurnRejected
 from retrieval.limits import clamp_limit
 
-MAX_JSON_DEPTH = 32
 MAX_QUERY_CHARS = 2000
 MODES = ("auto", "tool")
-ROLES = ("user", "assistant", "system", "developer", "tool", "function", "human", "ai")
 
 
 class BadRequest(Exception):
@@ -34,12 +31,14 @@ class BadRequest(Exception):
         self.text = f"{field}: {message}"
 
     @classmethod
-    def from_lines(cls, lines: list[str]) -> BadRequest:
-        """Several problems (pydantic's errors of one message), one short line each."""
-        field, _, message = lines[0].partition(": ")
-        exc = cls(field, message)
-        exc.text = "; ".join(lines)
-        return exc
+    def of(cls, exc: TurnRejected | NotJson) -> BadRequest:
+        """The write side's refusal as the API answers it (several problems of one
+        message are one short line each)."""
+        if isinstance(exc, NotJson):
+            return cls(exc.field, exc.message, code="malformed" if exc.malformed else "invalid_field")
+        bad = cls(exc.field, exc.message, code=exc.code)
+        bad.text = str(exc)
+        return bad
 
 
 class TooLarge(Exception):
@@ -79,7 +78,10 @@ def read_json_body(request: Any) -> dict[str, Any]:
         raise BadRequest("body", f"JSON nested deeper than {MAX_JSON_DEPTH} levels", code="malformed") from None
     except ValueError as exc:
         raise BadRequest("body", f"is not valid JSON ({exc})", code="malformed") from None
-    check_json_value(data)
+    try:
+        check_json(data)
+    except NotJson as exc:
+        raise BadRequest.of(exc) from None
     if not isinstance(data, dict):
         raise BadRequest("body", "must be a JSON object", code="malformed")
     return data
@@ -115,143 +117,41 @@ def _read_chunked(request: Any, limit: int) -> bytes:
             raise TooLarge
 
 
-def check_json_value(data: Any) -> None:
-    """Reject nesting deeper than MAX_JSON_DEPTH, strings that are not valid Unicode
-    (JSON's ``\\ud800`` escapes decode to lone surrogates that cannot be stored), and
-    numbers that are not finite: Python's parser takes ``NaN``, ``Infinity`` and ``1e999``,
-    which are not JSON and which no JSON column can store. The error names the place."""
-    stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())]
-    while stack:
-        value, path = stack.pop()
-        if isinstance(value, str):
-            _check_text(value)
-            continue
-        if isinstance(value, float):
-            if not math.isfinite(value):
-                name = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-                raise BadRequest(
-                    path_text(path) or "body", f"{name} is not a JSON number; send a finite number or null"
-                )
-            continue
-        if isinstance(value, dict):
-            children: Any = value.items()
-        elif isinstance(value, list):
-            children = enumerate(value)
-        else:
-            continue
-        if len(path) >= MAX_JSON_DEPTH:
-            raise BadRequest("body", f"JSON nested deeper than {MAX_JSON_DEPTH} levels", code="malformed")
-        for key, item in children:
-            if isinstance(key, str):
-                _check_text(key)
-            if isinstance(item, (dict, list, str, float)):
-                stack.append((item, (*path, key)))
-
-
-def _check_text(value: str) -> None:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise BadRequest(
-            "body", "contains a string that is not valid Unicode (lone surrogate)", code="malformed"
-        ) from None
-
-
 # --- ids -------------------------------------------------------------------------
 
 
 def clean_id(field: str, value: Any, *, required: bool) -> str | None:
-    """A user, thread or project id as sent, after the API's own stricter checks.
-
-    Ids are stored hashed on disk whatever they contain, but the API refuses ids that
-    look like paths or carry control characters: they are always a client bug.
-    """
-    if value is None or value == "":
-        if required:
-            raise BadRequest(field, "is required", code="missing_field")
-        return None
-    if not isinstance(value, str):
-        raise BadRequest(field, "must be a string")
-    if len(value) > int(settings.API_MAX_ID_CHARS):
-        raise BadRequest(field, f"is longer than {settings.API_MAX_ID_CHARS} characters")
-    if has_control(value) or "/" in value or "\\" in value or value.strip(".") == "":
-        raise BadRequest(field, "must not contain '/', '\\', control characters, or be only dots")
-    _check_text(value)
+    """A user, thread or project id, by the write side's rule for agents (`facts.turns.clean_id`)."""
     try:
-        normalize_id(value, what=field)
-    except InvalidId as exc:
-        raise BadRequest(field, str(exc)) from None
-    return value
+        return turns.clean_id(field, value, required=required, allow_paths=False)
+    except TurnRejected as exc:
+        raise BadRequest.of(exc) from None
 
 
 def clean_agent(value: Any) -> str:
-    if value is not None and not isinstance(value, str):
-        raise BadRequest("agent_name", "must be a string")
     try:
-        return normalize_agent(value)
-    except InvalidId as exc:
-        raise BadRequest("agent_name", str(exc)) from None
+        return turns.clean_agent(value)
+    except TurnRejected as exc:
+        raise BadRequest.of(exc) from None
 
 
 # --- bodies ------------------------------------------------------------------------
 
 
-class MessageIn(BaseModel):
-    """One message of a turn, in LangChain's terms (roles user/assistant/system/tool)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    # Optional: the write side derives a stable id from the content when it is missing.
-    id: str | None = Field(default=None, min_length=1, max_length=200)
-    role: Literal["user", "assistant", "system", "developer", "tool", "function", "human", "ai"]
-    # LangChain's own shape: a string or a list of content blocks (strings or objects).
-    content: str | list[str | dict[str, Any]] = ""
-    additional_kwargs: dict[str, Any] = Field(default_factory=dict)
-    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class TurnRequest:
-    user_id: str
-    agent_name: str
-    thread_id: str
-    project_id: str | None
-    messages: list[dict[str, Any]]
-
-
-def parse_turn(data: dict[str, Any]) -> TurnRequest:
-    user_id = clean_id("user_id", data.get("user_id"), required=True)
-    agent_name = clean_agent(data.get("agent_name"))
-    thread_id = clean_id("thread_id", data.get("thread_id"), required=True)
-    project_id = clean_id("project_id", data.get("project_id"), required=False)
-    messages = data.get("messages")
-    if messages is None:
-        raise BadRequest("messages", "is required", code="missing_field")
-    if not isinstance(messages, list):
-        raise BadRequest("messages", "must be a list")
-    if not messages:
-        raise BadRequest("messages", "must not be empty")
-    if len(messages) > int(settings.API_MAX_MESSAGES):
-        raise BadRequest("messages", f"holds more than {settings.API_MAX_MESSAGES} messages")
-    cleaned: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    max_chars = int(settings.API_MAX_MESSAGE_CHARS)
-    for index, raw in enumerate(messages):
-        where = f"messages[{index}]"
-        if not isinstance(raw, dict):
-            raise BadRequest(where, "must be an object")
-        try:
-            message = MessageIn.model_validate(raw)
-        except ValidationError as exc:
-            raise BadRequest.from_lines(error_lines(exc.errors(), ("messages", index))) from None
-        if message.id is not None and message.id in seen:
-            raise BadRequest(f"{where}.id", f"repeats the id {message.id!r} of an earlier message")
-        seen.add(message.id)
-        size = len(message.content) if isinstance(message.content, str) else len(json.dumps(message.content))
-        if size > max_chars:
-            raise BadRequest(f"{where}.content", f"is longer than {max_chars} characters")
-        cleaned.append(raw)
-    return TurnRequest(str(user_id), agent_name, str(thread_id), project_id, cleaned)
+def parse_turn(data: dict[str, Any]) -> CleanTurn:
+    """The turn of a request body, through the one validation every door uses
+    (`facts.turns.clean_turn`)."""
+    try:
+        return turns.clean_turn(
+            user_id=data.get("user_id"),
+            agent_name=data.get("agent_name"),
+            thread_id=data.get("thread_id"),
+            project_id=data.get("project_id"),
+            messages=data.get("messages"),
+            allow_paths=False,
+        )
+    except TurnRejected as exc:
+        raise BadRequest.of(exc) from None
 
 
 # --- query parameters ----------------------------------------------------------------

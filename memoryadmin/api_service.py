@@ -1,7 +1,7 @@
 """What the agents' front door does, shared by the HTTP views and the in-process
 `LocalMemory`, so both paths behave the same.
 
-The write side (`facts.ingestion`) and the read side (`retrieval`) are imported
+The write side (`facts.queue`) and the read side (`retrieval`) are imported
 lazily: this module composes them and owns neither.
 """
 
@@ -26,6 +26,7 @@ from django.db import connection
 from django.utils import timezone
 
 from facts.models import FactCard, FactUsage
+from facts.turns import CleanTurn
 
 log = logging.getLogger(__name__)
 
@@ -40,24 +41,13 @@ class Scope:
 # --- write: turns ------------------------------------------------------------------
 
 
-def accept_turn(
-    scope: Scope, *, thread_id: str, messages: Sequence[dict[str, Any]], flush: bool = False
-) -> dict[str, Any]:
-    """Store the turn (before answering) and schedule its extraction.
-
-    Raises `facts.ingestion.TurnRejected` for input the write side refuses.
-    """
-    from facts.ingestion import record_turn
+def accept_turn(turn: CleanTurn, *, flush: bool = False) -> dict[str, Any]:
+    """Store the turn, validated by `facts.turns.clean_turn` (before answering), and
+    schedule its extraction."""
+    from facts.queue import queue_turn
 
     with _writer_slot():
-        receipt = record_turn(
-            user_id=scope.user_id,
-            agent_name=scope.agent_name,
-            thread_id=thread_id,
-            project_id=scope.project_id,
-            messages=list(messages),
-            flush=flush,
-        )
+        receipt = queue_turn(turn, flush=flush)
     return {"accepted": receipt.accepted, "turn_ids": list(receipt.turn_ids)}
 
 

@@ -165,7 +165,7 @@ def run(stdout: IO[str]) -> DemoResult:
 
 def _scenario(result: DemoResult) -> None:
     from facts import mirror
-    from facts.ingestion import run_turns_now
+    from facts.pipeline import run_turns_now
     from facts.store import get_store
     from memoryadmin.client import LocalMemory
     from memoryadmin.memory_protocol import MemoryContext

@@ -44,26 +44,21 @@ class LocalMemory:
         self, ctx: MemoryContext, messages: Sequence[Mapping[str, Any]], *, flush: bool = False
     ) -> dict[str, Any]:
         from facts.erasure.guard import ErasureInProgress
-        from facts.ingestion import TurnRejected
+        from facts.turns import TurnRejected, clean_turn
         from memoryadmin import api_service
-        from memoryadmin.api_schemas import BadRequest, check_json_value, clean_id, parse_turn
 
         try:
-            scope = self._scope(ctx)
-            thread_id = str(clean_id("thread_id", ctx.thread_id, required=True))
-            body = {
-                "user_id": scope.user_id,
-                "agent_name": scope.agent_name,
-                "thread_id": thread_id,
-                "project_id": scope.project_id,
-                "messages": [dict(m) for m in messages],
-            }
-            check_json_value(body)  # the HTTP body's checks too: depth, surrogates, NaN
-            parse_turn(body)
-            return api_service.accept_turn(
-                scope, thread_id=thread_id, messages=[dict(m) for m in messages], flush=flush
+            # The validation the HTTP API applies, with the same words.
+            turn = clean_turn(
+                user_id=ctx.user_id,
+                agent_name=ctx.agent_name,
+                thread_id=ctx.thread_id,
+                project_id=ctx.project_id,
+                messages=[dict(m) for m in messages],
+                allow_paths=False,
             )
-        except (BadRequest, TurnRejected) as exc:
+            return api_service.accept_turn(turn, flush=flush)
+        except TurnRejected as exc:
             raise MemoryRejected(str(exc)) from exc
         except ErasureInProgress as exc:
             # As over HTTP (409): refused for good, never queued to arrive after the erasure.

@@ -219,7 +219,7 @@ def build_server(identify: Identify) -> MCPServer:
 
 def _remember(identity: Identity, text: str) -> RememberResult:
     from facts.erasure.guard import ErasureInProgress
-    from facts.ingestion import TurnRejected
+    from facts.turns import TurnRejected, clean_turn
 
     if not text.strip():
         raise ToolError("text: must not be blank")
@@ -233,7 +233,15 @@ def _remember(identity: Identity, text: str) -> RememberResult:
     # One message per thread, so a fixed id is unique where ids must be (its thread).
     message = {"id": "m1", "role": "user", "content": text}
     try:
-        receipt = api_service.accept_turn(identity.scope, thread_id=thread_id, messages=[message], flush=True)
+        turn = clean_turn(
+            user_id=identity.user_id,
+            agent_name=identity.agent_name,
+            thread_id=thread_id,
+            project_id=identity.project_id,
+            messages=[message],
+            allow_paths=False,
+        )
+        receipt = api_service.accept_turn(turn, flush=True)
     except TurnRejected as exc:
         raise ToolError(f"{exc.field}: {exc.message}") from None
     except ErasureInProgress as exc:

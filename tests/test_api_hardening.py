@@ -18,8 +18,9 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 
-from facts.ingestion import TurnRejected, record_turn
 from facts.models import AuditEvent, Turn
+from facts.queue import record_turn
+from facts.turns import TurnRejected
 from facts.writer import save_card
 from memoryadmin import api_auth
 from memoryadmin.api_schemas import CHUNK_BYTES
@@ -279,6 +280,31 @@ def test_the_write_side_reports_langchains_own_errors_the_same_way() -> None:
     with pytest.raises(TurnRejected) as caught:
         record_turn(user_id="alice", agent_name="coder", thread_id="t1", messages=[{"role": "user", "content": [7]}])
     assert str(caught.value) == "messages[0].content[0]: Input should be a valid string or a valid dictionary"
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"user_id": "x" * 201},
+        {"thread_id": None},
+        {"agent_name": "Not An Agent!"},
+        {"messages": []},
+        {"messages": [{"id": "m1", "role": "wizard", "content": "x"}]},
+        {"messages": [{"id": "m1", "role": "user", "content": "a"}, {"id": "m1", "role": "user", "content": "b"}]},
+        {"messages": [{"id": "m\x001", "role": "user", "content": "x"}]},
+        {"messages": [{"id": "m1", "role": "user", "content": "hi", "additional_kwargs": {"score": float("inf")}}]},
+    ],
+)
+def test_every_door_refuses_a_bad_turn_with_the_same_words(agent: Client, overrides: dict[str, Any]) -> None:
+    body = turn_body(**overrides)
+    over_http = error_of(post_raw(agent, json.dumps(body)))["message"]
+    with pytest.raises(TurnRejected) as written:
+        record_turn(**body)
+    ctx = MemoryContext(user_id=body["user_id"], agent_name=body["agent_name"], thread_id=body["thread_id"])
+    with pytest.raises(MemoryRejected) as in_process:
+        LocalMemory().record_turn(ctx, body["messages"])
+    assert over_http == str(written.value) == str(in_process.value)
+    assert Turn.objects.count() == 0
 
 
 # --- wrong keys throttled per address ----------------------------------------------------------------

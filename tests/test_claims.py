@@ -15,9 +15,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from facts import claims, ingestion
-from facts.ingestion import process_thread, record_turn
+from facts import claims, pipeline, tasks
 from facts.models import ExtractedMessage, ExtractionRun, FactCard, Turn
+from facts.queue import record_turn
+from facts.tasks import process_thread
 from tests.factories import fact_candidate
 from tests.openai_stub import OpenAIStub
 
@@ -45,14 +46,14 @@ def _abandoned_turn(*, seconds_ago: float = 5, attempts: int = 1, **thread: str)
 
 def test_a_worker_claims_its_turns_with_a_lease(openai_stub: OpenAIStub, monkeypatch: Any) -> None:
     seen: list[tuple[str, Any, str, Any]] = []
-    real_extract = ingestion.extract
+    real_extract = pipeline.extract
 
     def watching(*args: Any, **kwargs: Any) -> Any:
         turn, run = Turn.objects.get(), ExtractionRun.objects.get()
         seen.append((turn.claimed_by, turn.lease_until, run.claimed_by, run.lease_until))
         return real_extract(*args, **kwargs)
 
-    monkeypatch.setattr(ingestion, "extract", watching)
+    monkeypatch.setattr(pipeline, "extract", watching)
     openai_stub.reply_tool_call({"facts": [fact_candidate()]})
     record_turn(**THREAD, messages=MESSAGES, flush=True)
     [(turn_claim, turn_lease, run_claim, run_lease)] = seen
@@ -76,7 +77,7 @@ def test_a_lapsed_claim_is_taken_over_and_the_turn_extracted(openai_stub: OpenAI
     turn = _abandoned_turn()
     openai_stub.reply_tool_call({"facts": [fact_candidate()]})
     # The sweep hands the turn back and queues its thread (the test backend runs it now).
-    assert ingestion.reclaim_expired() == 1
+    assert tasks.reclaim_expired() == 1
     turn.refresh_from_db()
     assert turn.status == "done" and turn.claimed_by != "dead-worker"
     runs = dict(ExtractionRun.objects.values_list("claimed_by", "status"))
@@ -89,8 +90,8 @@ def test_a_claim_within_its_lease_is_left_alone(openai_stub: OpenAIStub) -> None
     turn = _abandoned_turn()
     Turn.objects.update(lease_until=timezone.now() + timedelta(seconds=60))
     ExtractionRun.objects.update(lease_until=timezone.now() + timedelta(seconds=60))
-    assert ingestion.reclaim_expired() == 0
-    assert ingestion.retry_failed() == 0
+    assert tasks.reclaim_expired() == 0
+    assert tasks.retry_failed() == 0
     turn.refresh_from_db()
     assert turn.status == "processing" and turn.claimed_by == "dead-worker"
     assert ExtractionRun.objects.get().status == "running"
@@ -110,8 +111,8 @@ def test_a_stale_worker_waking_after_the_takeover_writes_nothing(openai_stub: Op
     """Worker A's model call outlasts its lease; worker B takes the turn over and
     extracts it; then A's answer arrives. A must not write a second card."""
     openai_stub.reply_tool_call({"facts": [fact_candidate()]})
-    real_extract = ingestion.extract
-    outcomes: list[ingestion.ThreadOutcome] = []
+    real_extract = pipeline.extract
+    outcomes: list[tasks.ThreadOutcome] = []
     calls: list[int] = []
 
     def stalls_past_its_lease(*args: Any, **kwargs: Any) -> Any:
@@ -122,7 +123,7 @@ def test_a_stale_worker_waking_after_the_takeover_writes_nothing(openai_stub: Op
             outcomes.append(process_thread(**THREAD))  # worker B
         return real_extract(*args, **kwargs)
 
-    monkeypatch.setattr(ingestion, "extract", stalls_past_its_lease)
+    monkeypatch.setattr(pipeline, "extract", stalls_past_its_lease)
     record_turn(**THREAD, messages=MESSAGES)
     outcome_a = process_thread(**THREAD, force=True)  # worker A
     [outcome_b] = outcomes
@@ -143,7 +144,7 @@ def test_a_stale_worker_whose_model_call_fails_leaves_the_new_owners_turns_alone
     openai_stub.reply_error(500)
     record_turn(**THREAD, messages=MESSAGES)
     Turn.objects.update(status="processing", claimed_by="new-owner", lease_until=timezone.now() + timedelta(60))
-    outcome = ingestion._failed([Turn.objects.get().pk], "old-owner", "HTTP 500", timezone.now())
+    outcome = tasks._failed([Turn.objects.get().pk], "old-owner", "HTTP 500", timezone.now())
     assert outcome.status == "lost"
     turn = Turn.objects.get()
     assert turn.status == "processing" and turn.claimed_by == "new-owner" and turn.error == ""
@@ -152,7 +153,7 @@ def test_a_stale_worker_whose_model_call_fails_leaves_the_new_owners_turns_alone
 def test_a_turn_whose_workers_keep_dying_ends_failed(settings: Any) -> None:
     settings.MEMORY_EXTRACTION_MAX_ATTEMPTS = 3
     turn = _abandoned_turn(attempts=3)
-    assert ingestion.reclaim_expired() == 1
+    assert tasks.reclaim_expired() == 1
     turn.refresh_from_db()
     assert turn.status == "failed" and "stopped renewing its claim" in turn.error
 
@@ -173,7 +174,7 @@ def test_retry_failed_can_be_limited_to_some_turns(openai_stub: OpenAIStub) -> N
     first = _abandoned_turn()
     second = _abandoned_turn(thread_id="t2")
     openai_stub.reply_tool_call({"facts": [fact_candidate()]})
-    assert ingestion.retry_failed(ids=[second.pk]) == 1
+    assert tasks.retry_failed(ids=[second.pk]) == 1
     assert dict(Turn.objects.values_list("pk", "status")) == {first.pk: "processing", second.pk: "done"}
 
 
@@ -227,13 +228,13 @@ def test_the_heartbeat_renews_the_claim_while_a_long_model_call_runs(
     openai_stub.reply_tool_call({"facts": [fact_candidate()]})
     renewed: list[str] = []
     monkeypatch.setattr(claims, "renew", lambda token: renewed.append(token) or 1)
-    real_extract = ingestion.extract
+    real_extract = pipeline.extract
 
     def slow(*args: Any, **kwargs: Any) -> Any:
         time.sleep(1.5)  # two and a half leases
         return real_extract(*args, **kwargs)
 
-    monkeypatch.setattr(ingestion, "extract", slow)
+    monkeypatch.setattr(pipeline, "extract", slow)
     record_turn(**THREAD, messages=MESSAGES, flush=True)
     turn = Turn.objects.get()
     assert turn.status == "done"
@@ -271,7 +272,7 @@ def test_the_dead_workers_job_row_is_closed_with_its_claim(settings: Any) -> Non
     DBTaskResult.objects.filter(pk=job.id).update(status="RUNNING")  # its worker was killed mid-run
     turn = _abandoned_turn()
     Turn.objects.filter(pk=turn.pk).update(claimed_by=str(job.id).replace("-", ""))
-    assert ingestion.reclaim_expired() == 1
+    assert tasks.reclaim_expired() == 1
     row = DBTaskResult.objects.get(pk=job.id)
     assert row.status == "FAILED" and "ClaimLapsed" in row.exception_class_path
     assert "stopped renewing its claim" in row.traceback

@@ -17,8 +17,9 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from facts.extraction import ExtractionError, active_extractor, extract
-from facts.ingestion import record_turn, run_turns_now
 from facts.models import Candidate, ExtractionRun, FactCard
+from facts.pipeline import run_turns_now
+from facts.queue import record_turn
 from facts.rules_extractor import extractor
 from retrieval.render import render_context
 from tests.factories import fact_candidate

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from facts import gate
+from facts import gate, review, runs
 from facts.filtering import Row
 from facts.models import AuditEvent, Candidate, ExtractionRun, FactCard
 from facts.schemas import FactCandidate, SummaryCandidate, parse_update
@@ -155,10 +155,10 @@ def make_run(**kwargs: Any) -> ExtractionRun:
 def run_gate(
     raw: dict[str, Any], *, rows: list[Row] = ROWS, project_id: str | None = None, mode: str = "auto"
 ) -> list[Candidate]:
-    ctx = gate.Context(
+    ctx = runs.Context(
         user_id="alice", agent_name="coder", thread_id="t1", project_id=project_id, rows=rows, mode=mode, threshold=0.7
     )
-    return gate.apply_run(make_run(project_id=project_id or ""), parse_update(raw), ctx)
+    return runs.apply_run(make_run(project_id=project_id or ""), parse_update(raw), ctx)
 
 
 def live_cards(**filters: Any) -> list[FactCard]:
@@ -348,7 +348,7 @@ def test_manual_mode_waits_for_a_reviewer() -> None:
 @pytest.mark.django_db
 def test_a_reviewer_approves_a_waiting_candidate(reviewer: Any) -> None:
     [candidate] = run_gate({"facts": [fact_candidate()]}, mode="manual")
-    fact_id = gate.apply_candidate(candidate, actor="reviewer", note="looks right")
+    fact_id = review.apply_candidate(candidate, actor="reviewer", note="looks right")
     candidate.refresh_from_db()
     assert candidate.review_state == "approved" and candidate.fact_id == fact_id
     assert candidate.reviewed_by == reviewer
@@ -360,7 +360,7 @@ def test_a_reviewer_approves_a_waiting_candidate(reviewer: Any) -> None:
 @pytest.mark.django_db
 def test_a_reviewer_corrects_and_approves_a_rejected_candidate() -> None:
     _, thread_fact, _ = run_gate(ARTICLE_CANDIDATES)
-    fact_id = gate.apply_candidate(
+    fact_id = review.apply_candidate(
         thread_fact,
         actor="reviewer",
         note="really a habit",
@@ -374,24 +374,24 @@ def test_a_reviewer_corrects_and_approves_a_rejected_candidate() -> None:
 @pytest.mark.django_db
 def test_a_reviewer_cannot_approve_nonsense_overrides() -> None:
     [candidate] = run_gate({"facts": [fact_candidate(scope="thread")]})
-    with pytest.raises(gate.ReviewError):
-        gate.apply_candidate(candidate, actor="r", note="", overrides={"confidence": 3})
-    with pytest.raises(gate.ReviewError):
-        gate.apply_candidate(candidate, actor="r", note="", overrides={"scope": "user"})
+    with pytest.raises(review.ReviewError):
+        review.apply_candidate(candidate, actor="r", note="", overrides={"confidence": 3})
+    with pytest.raises(review.ReviewError):
+        review.apply_candidate(candidate, actor="r", note="", overrides={"scope": "user"})
 
 
 @pytest.mark.django_db
 def test_approving_a_repeat_returns_the_existing_card_without_a_write() -> None:
     [first] = run_gate({"facts": [fact_candidate()]})
     [again] = run_gate({"facts": [fact_candidate()]})
-    assert gate.apply_candidate(again, actor="r", note="") == first.fact_id
+    assert review.apply_candidate(again, actor="r", note="") == first.fact_id
     assert FactCard.objects.get(id=first.fact_id).revision == 1
 
 
 @pytest.mark.django_db
 def test_a_reviewer_dismisses_a_candidate() -> None:
     [candidate] = run_gate({"facts": [fact_candidate(scope="thread")]})
-    gate.dismiss_candidate(candidate, actor="reviewer", note="one-off")
+    review.dismiss_candidate(candidate, actor="reviewer", note="one-off")
     candidate.refresh_from_db()
     assert candidate.review_state == "dismissed" and candidate.review_note == "one-off"
     assert AuditEvent.objects.filter(action="dismiss").count() == 1
@@ -414,7 +414,7 @@ def test_a_reviewer_approves_a_summary(store: Store) -> None:
             ]
         }
     )
-    assert gate.apply_candidate(candidate, actor="r", note="") is None
+    assert review.apply_candidate(candidate, actor="r", note="") is None
     assert store.read_profile("alice").section("workContext").summary == "后端工程师"
 
 

@@ -17,7 +17,6 @@ from django.core.management import CommandError, call_command
 
 from facts import atomic
 from facts.demo import DEMO_FILE
-from facts.ingestion import clean_turn, run_replays
 from facts.mirror import mirror_drift, snapshot
 from facts.models import (
     Candidate,
@@ -29,7 +28,9 @@ from facts.models import (
     ProfileSection,
     Turn,
 )
+from facts.pipeline import run_replays
 from facts.store import get_store
+from facts.turns import clean_turn
 from tests.factories import fact_candidate
 
 pytestmark = pytest.mark.django_db

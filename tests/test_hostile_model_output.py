@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from facts.ingestion import run_pipeline
 from facts.models import Candidate, FactCard
+from facts.pipeline import run_pipeline
 from facts.store import Store
 from tests.factories import stack_candidate
 

@@ -20,11 +20,11 @@ from django_htmx.http import HttpResponseClientRedirect
 from dashboard.forms import ApproveForm, BulkForm, CandidateFilters, DismissForm, day_end, day_start
 from dashboard.helpers import actor_of, changed, page_of, query_without_page
 from dashboard.views.overview import open_candidates
-from facts import gate
 from facts.access import CURATE
 from facts.enums import CardStatus
 from facts.errors import LockTimeout, RevisionConflict
 from facts.models import Candidate, FactCard
+from facts.review import apply_candidate, dismiss_candidate
 
 BULK_LIMIT = 500
 PAST = {"approve": "Approved", "dismiss": "Dismissed"}
@@ -185,11 +185,11 @@ def back(request: HttpRequest, default: str) -> str:
 
 def approve_one(request: HttpRequest, candidate: Candidate, note: str, overrides: dict[str, Any] | None) -> str | None:
     """The gate writes the card, records the review and the audit event."""
-    return gate.apply_candidate(candidate, actor=actor_of(request), note=note, overrides=overrides or None)
+    return apply_candidate(candidate, actor=actor_of(request), note=note, overrides=overrides or None)
 
 
 def dismiss_one(request: HttpRequest, candidate: Candidate, note: str) -> None:
-    gate.dismiss_candidate(candidate, actor=actor_of(request), note=note)
+    dismiss_candidate(candidate, actor=actor_of(request), note=note)
 
 
 def to_page(request: HttpRequest, url: str) -> HttpResponse:

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.forms import PageForm, RetryForm
 from dashboard.helpers import audit, changed, page_of
-from facts import claims, ingestion
+from facts import claims, tasks
 from facts.access import CURATE
 from facts.models import AuditEvent, Turn
 
@@ -70,7 +70,7 @@ def turn_retry(request: HttpRequest, pk: int) -> HttpResponse:
     if not problem_turns().filter(pk=pk).exists():
         messages.info(request, f"Turn {pk} is no longer failed or stuck ({turn.status}).")
         return _answer(request)
-    count = ingestion.retry_failed(ids=[pk])
+    count = tasks.retry_failed(ids=[pk])
     audit(
         request,
         AuditEvent.Action.RETRY_TURNS,
@@ -95,7 +95,7 @@ def turn_retry_all(request: HttpRequest) -> HttpResponse:
     if not ids:
         messages.info(request, "No turn is failed or stuck.")
         return _answer(request)
-    count = ingestion.retry_failed(ids=ids)
+    count = tasks.retry_failed(ids=ids)
     audit(
         request,
         AuditEvent.Action.RETRY_TURNS,

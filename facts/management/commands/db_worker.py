@@ -5,7 +5,7 @@ for good: nothing in the queue will ever run that job again. So every worker swe
 once at start (a restarted worker picks the turns up at once if their lease has
 passed) and then every quarter lease from a background thread, without waiting for a
 new turn to arrive — and re-enqueues the threads whose claims lapsed
-(`facts.ingestion.reclaim_expired`). This command takes the name of django-tasks-db's
+(`facts.tasks.reclaim_expired`). This command takes the name of django-tasks-db's
 (facts is listed before django_tasks_db in INSTALLED_APPS), so `make run`, `make
 worker` and any production recipe that runs `db_worker` sweep without a second process.
 """
@@ -27,7 +27,7 @@ log = logging.getLogger("facts.claims")
 
 
 def sweep() -> int:
-    from facts.ingestion import reclaim_expired
+    from facts.tasks import reclaim_expired
 
     try:
         return reclaim_expired()

@@ -10,7 +10,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from facts.extraction import ExtractionError
-from facts.ingestion import REPLAY_BATCH, CleanTurn, TurnRejected, clean_turn, run_replays, run_turns_now
+from facts.pipeline import REPLAY_BATCH, run_replays, run_turns_now
+from facts.turns import CleanTurn, TurnRejected, clean_turn
 
 FIELDS = {"user_id", "agent_name", "thread_id", "project_id", "messages", "model_output"}
 
@@ -52,7 +53,7 @@ def ingest_lines(
     """Run numbered JSONL lines through the pipeline; yield each line's outcome in order.
 
     Replayed lines (with `model_output`) are run in group commits of up to `batch_size`
-    turns (`facts.ingestion.run_replays`); a line that calls the model runs on its own,
+    turns (`facts.pipeline.run_replays`); a line that calls the model runs on its own,
     after the replays before it. A bad line's outcome is its ValueError. `workers` > 1
     forks that many processes, each taking whole users (see `_split`).
     """

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from facts import ingestion
+from facts import tasks
 
 
 class Command(BaseCommand):
@@ -25,13 +25,13 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["retry_failed"]:
-            self.stdout.write(f"{ingestion.retry_failed()} turn(s) back to pending")
+            self.stdout.write(f"{tasks.retry_failed()} turn(s) back to pending")
         else:
-            ingestion.reclaim_expired()  # the sweep a running db_worker does anyway
-        threads = ingestion.due_threads(include_waiting=options["force"])
+            tasks.reclaim_expired()  # the sweep a running db_worker does anyway
+        threads = tasks.due_threads(include_waiting=options["force"])
         counts: dict[str, int] = {}
         for user_id, agent_name, thread_id in threads:
-            outcome = ingestion.process_thread(user_id, agent_name, thread_id, force=options["force"])
+            outcome = tasks.process_thread(user_id, agent_name, thread_id, force=options["force"])
             counts[outcome.status] = counts.get(outcome.status, 0) + 1
             if outcome.error:
                 self.stderr.write(f"{user_id}/{agent_name}/{thread_id}: {outcome.error}")

@@ -1,0 +1,178 @@
+"""A reviewer's decisions on a candidate: approve, correct-and-approve, dismiss.
+
+The reviewer's judgement replaces the gate's, so the rules of `facts.gate` are not
+re-run; key replacement and "same content changes nothing" still hold (`facts.plan`).
+Each decision writes through `facts.writer`, records the review on the `Candidate`
+row and leaves an `AuditEvent`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from . import audit, writer
+from .cardfile import Source, now_utc
+from .enums import PROFILE_SECTIONS, Category, SourceKind
+from .gate import target_bucket
+from .models import AuditEvent, Candidate
+from .plan import Plan, new_card
+from .profilefile import Profile, Section
+from .schemas import Confirmation, normalize_key
+from .store import Bucket, Store, get_store
+
+
+class ReviewError(ValueError):
+    """The candidate cannot be approved as it stands (say which field is wrong)."""
+
+
+_OVERRIDABLE = ("content", "key", "category", "confidence")
+
+
+def _reviewer(actor: str) -> Any:
+    return get_user_model().objects.filter(username=actor).first()
+
+
+def _corrected(candidate: Candidate, overrides: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(overrides) - set(_OVERRIDABLE)
+    if unknown:
+        raise ReviewError(f"cannot override {', '.join(sorted(unknown))}")
+    values = {
+        "content": candidate.content,
+        "key": candidate.key,
+        "category": candidate.category,
+        "confidence": candidate.confidence,
+    }
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    content = str(values["content"] or "").strip()
+    if not content:
+        raise ReviewError("content: a fact needs content")
+    key = normalize_key(str(values["key"] or ""))
+    if not key or len(key) > 120:
+        raise ReviewError("key: 1 to 120 characters")
+    if values["category"] not in {c.value for c in Category}:
+        raise ReviewError(f"category: one of {', '.join(c.value for c in Category)}")
+    try:
+        confidence = float(values["confidence"]) if values["confidence"] is not None else None
+    except (TypeError, ValueError):
+        confidence = None
+    if confidence is None or not math.isfinite(confidence) or not 0 <= confidence <= 1:
+        raise ReviewError("confidence: a number from 0 to 1")
+    return {"content": content, "key": key, "category": values["category"], "confidence": confidence}
+
+
+def apply_candidate(
+    candidate: Candidate,
+    *,
+    actor: str,
+    note: str,
+    overrides: dict[str, Any] | None = None,
+    store: Store | None = None,
+) -> str | None:
+    """A reviewer's approve (or correct-and-approve): write the card, record the review.
+
+    The reviewer's judgement replaces the gate's, so the rules are not re-run; key
+    replacement and "same content changes nothing" still hold. Returns the fact id
+    (None for a profile summary).
+    """
+    store = store or get_store()
+    overrides = overrides or {}
+    at = now_utc()
+    fact_id: str | None = None
+    project_id = candidate.project_id or None
+    ids = {"user_id": candidate.user_id, "agent_name": candidate.agent_name, "project_id": project_id}
+    source = Source(
+        kind=SourceKind.REVIEW,
+        run_id=str(candidate.run_id),
+        thread_id=candidate.thread_id or None,
+        message_id=candidate.evidence_message_id or None,
+        evidence_text=candidate.evidence_text or None,
+    )
+    if candidate.kind == Candidate.Kind.FACT:
+        values = _corrected(candidate, overrides)
+        bucket = target_bucket(candidate.scope, **ids)
+        with store.lock(bucket):
+            plan = Plan(store)
+            existing = plan.bucket(bucket).find_content(values["content"])
+            if existing is not None:
+                fact_id = existing
+            else:
+                card = new_card(bucket=bucket, at=at, source=source, **values)
+                plan.add_fact(bucket, card)
+                plan.commit(actor=actor, reason=note or f"approved candidate {candidate.pk}")
+                fact_id = card.id
+    elif candidate.kind == Candidate.Kind.SUMMARY:
+        if candidate.section not in PROFILE_SECTIONS:
+            raise ReviewError("section: not a profile section")
+        summary = str(overrides.get("content") or candidate.content).strip()
+        if not summary:
+            raise ReviewError("content: a summary needs text")
+
+        def change(profile: Profile) -> Profile:
+            profile.set_section(
+                candidate.section,
+                Section(
+                    summary=summary,
+                    updated_at=at,
+                    source=source.model_copy(update={"actor": actor}),
+                ),
+            )
+            return profile
+
+        writer.commit_profile(candidate.user_id, change, actor=actor, reason=note or "approved summary", store=store)
+    else:
+        confirmation = Confirmation(
+            key=candidate.key or None,
+            fact_id=candidate.fact_id or candidate.content or None,
+            evidence_message_id=candidate.evidence_message_id or "-",
+            evidence_text=candidate.evidence_text or "-",
+        )
+        buckets = [Bucket(user_id=candidate.user_id, agent_name=candidate.agent_name)]
+        buckets += [Bucket(project_id=project_id)] if project_id else []
+        with store.lock(*buckets):
+            plan = Plan(store)
+            found = plan.find_confirmed(confirmation, **ids)
+            if found is None:
+                raise ReviewError("the confirmed fact is no longer active")
+            plan.confirm(found[0], found[1], at)
+            plan.commit(actor=actor, reason=note or "approved confirmation")
+            fact_id = found[1].id
+    _record_review(candidate, Candidate.ReviewState.APPROVED, actor=actor, note=note, fact_id=fact_id)
+    action = AuditEvent.Action.CORRECT if overrides else AuditEvent.Action.APPROVE
+    audit.record(
+        actor,
+        action,
+        target=f"candidate:{candidate.pk}",
+        user_id=candidate.user_id,
+        agent_name=candidate.agent_name,
+        reason=note,
+        kind=candidate.kind,
+        fact_id=fact_id,
+        overrides=overrides,
+    )
+    return fact_id
+
+
+def dismiss_candidate(candidate: Candidate, *, actor: str, note: str) -> None:
+    _record_review(candidate, Candidate.ReviewState.DISMISSED, actor=actor, note=note, fact_id=candidate.fact_id)
+    audit.record(
+        actor,
+        AuditEvent.Action.DISMISS,
+        target=f"candidate:{candidate.pk}",
+        user_id=candidate.user_id,
+        agent_name=candidate.agent_name,
+        reason=note,
+        kind=candidate.kind,
+    )
+
+
+def _record_review(candidate: Candidate, state: str, *, actor: str, note: str, fact_id: str | None) -> None:
+    candidate.review_state = state
+    candidate.reviewed_by = _reviewer(actor)
+    candidate.reviewed_at = timezone.now()
+    candidate.review_note = note or ""
+    candidate.fact_id = fact_id or ""
+    candidate.save(update_fields=["review_state", "reviewed_by", "reviewed_at", "review_note", "fact_id"])
