@@ -259,7 +259,14 @@ def en_statement(clause: str) -> Statement | None:
     m = re.match(
         r"^(?:please\s+)?(?:(?:do not|don't) ever|never ever|never|always|make sure to always)\s+(?P<x>.+)", c, _I
     )
-    if m and not re.match(r"^(?:mind|again|ever)\b", m["x"], _I):
+    # A standing instruction starts with what to do ("never use tabs"); "…, never on
+    # Mondays" is an elliptical clause whose verb stayed in the clause before it.
+    if m and not re.match(
+        r"^(?:mind|again|ever|on|in|at|for|with|by|from|during|before|after|until|the|a|an|my|our|this|that|"
+        r"these|those|every|each|some|any)\b",
+        m["x"],
+        _I,
+    ):
         x = clean(m["x"])
         word = "never" if re.match(r"^(?:please\s+)?(?:do not|don't|never)", c, _I) else "always"
         return Statement(
