@@ -14,6 +14,8 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from facts.erasure.guard import ErasureInProgress
+
 from . import api_auth, api_service
 from .api_schemas import BadRequest, TooLarge, parse_mode, parse_scope, parse_search, parse_turn, read_json_body
 from .models import ApiKey
@@ -101,7 +103,6 @@ def _turn(request: HttpRequest, *, flush: bool) -> HttpResponse:
     turn = parse_turn(body)
     if denied := _forbidden(request.api_key, turn.user_id, turn.agent_name):  # type: ignore[attr-defined]
         return denied
-    from facts.erasure.guard import ErasureInProgress
 
     try:
         receipt = api_service.accept_turn(turn, flush=flush)

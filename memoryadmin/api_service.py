@@ -1,8 +1,8 @@
 """What the agents' front door does, shared by the HTTP views and the in-process
 `LocalMemory`, so both paths behave the same.
 
-The write side (`facts.queue`) and the read side (`retrieval`) are imported
-lazily: this module composes them and owns neither.
+It composes the write side (`facts.queue`, `facts.writer`) and the read side
+(`retrieval.render`, `retrieval.search`) and owns neither.
 """
 
 from __future__ import annotations
@@ -25,8 +25,17 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from facts.models import FactCard, FactUsage
+from facts import writer
+from facts.cardfile import now_utc
+from facts.enums import CardStatus
+from facts.errors import InvalidId
+from facts.ids import check_fact_id, normalize_agent
+from facts.models import AuditEvent, Candidate, FactCard, FactUsage, Turn
+from facts.queue import queue_turn
+from facts.store import Bucket
 from facts.turns import CleanTurn
+from retrieval.render import render_context
+from retrieval.search import memory_search_json
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +53,6 @@ class Scope:
 def accept_turn(turn: CleanTurn, *, flush: bool = False) -> dict[str, Any]:
     """Store the turn, validated by `facts.turns.clean_turn` (before answering), and
     schedule its extraction."""
-    from facts.queue import queue_turn
-
     with _writer_slot():
         receipt = queue_turn(turn, flush=flush)
     return {"accepted": receipt.accepted, "turn_ids": list(receipt.turn_ids)}
@@ -90,8 +97,6 @@ def _writer_slot() -> Iterator[None]:
 
 def serve_context(scope: Scope, *, mode: str = "auto", now: datetime | None = None) -> dict[str, Any]:
     """The memory block an agent is shown, rendered now (never cached per thread)."""
-    from retrieval.render import render_context
-
     rendered = render_context(
         user_id=scope.user_id, agent_name=scope.agent_name, project_id=scope.project_id, mode=mode, now=now
     )
@@ -102,8 +107,6 @@ def serve_context(scope: Scope, *, mode: str = "auto", now: datetime | None = No
 
 def serve_search(scope: Scope, query: str, *, limit: int = 5) -> list[dict[str, Any]]:
     """The memory_search results exactly as the tool shows them (clamped, token-capped)."""
-    from retrieval.search import memory_search_json
-
     text = memory_search_json(
         query, user_id=scope.user_id, agent_name=scope.agent_name, project_id=scope.project_id, limit=limit
     )
@@ -235,8 +238,6 @@ class UnknownFact(LookupError):
 def list_facts(scope: Scope, *, category: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
     """The active cards of the user × agent (and of the project when the scope has one),
     newest first, as the mirror holds them."""
-    from facts.ids import normalize_agent
-
     agent = normalize_agent(scope.agent_name)
     buckets = FactCard.objects.filter(user_id=scope.user_id, agent_name=agent, project_id="")
     if scope.project_id:
@@ -266,14 +267,6 @@ def expire_fact(scope: Scope, fact_id: str, *, actor: str, reason: str) -> dict[
 
     Raises `UnknownFact` for an id outside the scope, `ValueError` for a card that is
     not active any more."""
-    from facts import writer
-    from facts.cardfile import now_utc
-    from facts.enums import CardStatus
-    from facts.errors import InvalidId
-    from facts.ids import check_fact_id, normalize_agent
-    from facts.models import AuditEvent
-    from facts.store import Bucket
-
     try:
         check_fact_id(fact_id)
     except InvalidId:
@@ -307,8 +300,6 @@ def expire_fact(scope: Scope, fact_id: str, *, actor: str, reason: str) -> dict[
 def turn_outcome(turn_ids: Sequence[int]) -> dict[str, Any]:
     """Where the extraction of these turns stands: `pending` (or `processing`) until the
     worker has run, then the gate's verdict on every candidate, with its reasons."""
-    from facts.models import Candidate, Turn
-
     turns = list(Turn.objects.filter(pk__in=list(turn_ids)).order_by("pk"))
     statuses = {turn.status for turn in turns}
     for status in ("failed", "processing", "pending"):

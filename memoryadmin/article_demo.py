@@ -27,6 +27,14 @@ from typing import IO, Any
 from django.db import transaction
 from django.test import override_settings
 
+from facts import mirror
+from facts.pipeline import run_turns_now
+from facts.store import get_store
+from memoryadmin.client import LocalMemory
+from memoryadmin.memory_protocol import MemoryContext
+from retrieval import index
+from retrieval.models import AgentSettings
+
 USER = "article-user"
 OTHER_USER = "article-other-user"
 AGENT = "article-demo"
@@ -164,14 +172,6 @@ def run(stdout: IO[str]) -> DemoResult:
 
 
 def _scenario(result: DemoResult) -> None:
-    from facts import mirror
-    from facts.pipeline import run_turns_now
-    from facts.store import get_store
-    from memoryadmin.client import LocalMemory
-    from memoryadmin.memory_protocol import MemoryContext
-    from retrieval import index
-    from retrieval.models import AgentSettings
-
     say = result.lines.append
     AgentSettings.objects.update_or_create(
         agent_name=AGENT, defaults={"budget": BUDGET, "correction_budget": CORRECTION_BUDGET, "top_n": TOP_N}

@@ -27,6 +27,8 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from facts.enums import Category
+from facts.erasure.guard import ErasureInProgress
+from facts.turns import TurnRejected, clean_turn
 
 from . import api_service
 
@@ -218,9 +220,6 @@ def build_server(identify: Identify) -> MCPServer:
 
 
 def _remember(identity: Identity, text: str) -> RememberResult:
-    from facts.erasure.guard import ErasureInProgress
-    from facts.turns import TurnRejected, clean_turn
-
     if not text.strip():
         raise ToolError("text: must not be blank")
     limit = int(settings.API_MAX_MESSAGE_CHARS)
