@@ -45,27 +45,9 @@ def api_endpoint(*methods: str) -> Callable[[View], View]:
                     405, "method_not_allowed", f"use {' or '.join(methods)} for this endpoint", Allow=", ".join(methods)
                 )
             try:
-                key = api_auth.authenticate(request)
-            except api_auth.AuthError as exc:
-                failures = api_auth.record_failure(api_auth.client_address(request))
-                if not failures.allowed:
-                    return error(
-                        429,
-                        "too_many_failures",
-                        f"more than {failures.limit} failed API keys from this address; retry later",
-                        Retry_After=str(failures.retry_after),
-                    )
-                return error(401, exc.code, exc.message, WWW_Authenticate='Bearer realm="memory"')
-            decision = api_auth.hit(key)
-            if decision.first_in_window:
-                api_auth.touch(key)
-            if not decision.allowed:
-                return error(
-                    429,
-                    "rate_limited",
-                    f"this key may make {decision.limit} requests a minute",
-                    Retry_After=str(decision.retry_after),
-                )
+                key = api_auth.admit(request)
+            except api_auth.Refused as refused:
+                return error(refused.status, refused.code, refused.message, **refused.headers)
             request.api_key = key  # type: ignore[attr-defined]
             try:
                 return view(request, *args, **kwargs)

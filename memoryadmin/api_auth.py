@@ -199,3 +199,41 @@ def record_failure(addr: str, *, now: float | None = None) -> RateDecision:
     if count == limit + 1:
         log.warning("API: %d failed keys from %s within %d s; throttled for %d s", limit, addr, length, retry_after)
     return RateDecision(allowed, limit, count, retry_after, first)
+
+
+class Refused(Exception):
+    """A request the key check turns away: the HTTP status, an error code, the message
+    and the headers to send (each door formats the body its own way)."""
+
+    def __init__(self, status: int, code: str, message: str, **headers: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.headers = status, code, message, headers
+
+
+def admit(request: HttpRequest) -> ApiKey:
+    """The one key check of every agents' door (JSON API, MCP): bearer key, the failed-key
+    throttle of the client's address, then the key's rate limit. Returns the key or
+    raises `Refused`."""
+    try:
+        key = authenticate(request)
+    except AuthError as exc:
+        failures = record_failure(client_address(request))
+        if not failures.allowed:
+            raise Refused(
+                429,
+                "too_many_failures",
+                f"more than {failures.limit} failed API keys from this address; retry later",
+                Retry_After=str(failures.retry_after),
+            ) from None
+        raise Refused(401, exc.code, exc.message, WWW_Authenticate='Bearer realm="memory"') from None
+    decision = hit(key)
+    if decision.first_in_window:
+        touch(key)
+    if not decision.allowed:
+        raise Refused(
+            429,
+            "rate_limited",
+            f"this key may make {decision.limit} requests a minute",
+            Retry_After=str(decision.retry_after),
+        )
+    return key
