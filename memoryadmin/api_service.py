@@ -25,14 +25,13 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from facts import writer
+from facts import audit, writer
 from facts.cardfile import now_utc
 from facts.enums import CardStatus
 from facts.errors import InvalidId
 from facts.ids import check_fact_id, normalize_agent
 from facts.models import AuditEvent, Candidate, FactCard, FactUsage, Turn
 from facts.queue import queue_turn
-from facts.store import Bucket
 from facts.turns import CleanTurn
 from retrieval.render import render_context
 from retrieval.search import memory_search_json
@@ -181,15 +180,6 @@ def write_usage(kind: str, counts: Counter[str], *, at: datetime | None = None) 
         cursor.execute(sql, params)
 
 
-def discard_usage(fact_ids: Iterable[str]) -> None:
-    """Drops what this process has buffered for these cards (erasure calls it)."""
-    ids = set(fact_ids)
-    with _buffer_lock:
-        for counts in _buffer.values():
-            for fact_id in ids & counts.keys():
-                del counts[fact_id]
-
-
 def flush_usage() -> None:
     """Write what is buffered now (also run at exit and by the background thread)."""
     with _buffer_lock:
@@ -282,17 +272,16 @@ def expire_fact(scope: Scope, fact_id: str, *, actor: str, reason: str) -> dict[
     def change(card: Any) -> Any:
         return card.model_copy(update={"status": CardStatus.EXPIRED, "expires_at": at})
 
-    card = writer.update_card(
-        Bucket(user_id=row.user_id, agent_name=row.agent_name), row.id, change, actor=actor, reason=reason
-    )
-    AuditEvent.objects.create(
-        actor=actor[:150],
-        action=AuditEvent.Action.EXPIRE,
+    card = writer.update_card(row.bucket, row.id, change, actor=actor, reason=reason)
+    audit.record(
+        actor[:150],
+        AuditEvent.Action.EXPIRE,
         target=row.id,
         user_id=row.user_id,
         agent_name=row.agent_name,
         reason=reason,
-        details={"revision": card.revision, "at": "now"},
+        revision=card.revision,
+        at="now",
     )
     return {"id": card.id, "status": str(card.status), "expires_at": at.isoformat(), "revision": card.revision}
 

@@ -66,12 +66,3 @@ def test_counts_for_a_card_that_is_gone_write_nothing(make_card: Any) -> None:
     kept = save_card(make_card(), actor="t")
     api_service.write_usage("injected", Counter({kept.id: 1, "fact_0000000000ff": 5}))
     assert list(FactUsage.objects.values_list("fact_id", flat=True)) == [kept.id]
-
-
-def test_erasure_drops_what_the_process_has_buffered(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    settings.API_USAGE_FLUSH_SECONDS = 3600
-    monkeypatch.setattr(api_service, "_ensure_flusher", lambda: None)
-    api_service.count_usage("searched", ["fact_000000000001", "fact_000000000002"])
-    api_service.discard_usage(["fact_000000000001"])
-    assert dict(api_service._buffer["searched"]) == {"fact_000000000002": 1}
-    api_service.discard_usage(["fact_000000000002"])

@@ -201,11 +201,8 @@ def _erase_rows(found: Plan) -> None:
         delete_in(FactRevision.objects.all(), "fact_id", ids)
         delete_in(FactUsage.objects.all(), "fact_id", ids)
         delete_in(FactCard.objects.all(), "id", ids)
-        from memoryadmin.api_service import discard_usage
-
-        # Counts buffered in this process are dropped; any other process's would find no
-        # card to count (write_usage counts only cards in the mirror).
-        discard_usage(ids)
+        # Usage counts still buffered in an API process find no card to count when they
+        # are flushed (write_usage counts only cards in the mirror): nothing comes back.
         if found.profile:
             ProfileSection.objects.filter(user_id=scope.user_id).delete()
             ProfileRevision.objects.filter(user_id=scope.user_id).delete()
