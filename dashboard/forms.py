@@ -8,6 +8,9 @@ from datetime import UTC, datetime, time
 from typing import Any
 
 from django import forms
+from django.contrib.auth.models import User
+from django.contrib.auth.validators import UnicodeUsernameValidator
+from django.urls import reverse_lazy
 
 from facts.enums import PROFILE_SECTIONS, CardStatus, Category, choices
 from facts.errors import InvalidId
@@ -18,6 +21,43 @@ from memoryadmin.models import parse_user_patterns
 from retrieval.limits import SEARCH_LIMIT_DEFAULT, SEARCH_LIMIT_MAX, SEARCH_LIMIT_MIN
 
 ANY = [("", "any")]
+
+
+class Picker(forms.TextInput):
+    """A text input that suggests ids as one types: htmx asks the picker endpoint for
+    `<option>`s of a `<datalist>` rendered beside the input (no script of our own, so the
+    strict CSP holds). Without JS it is a plain text box. It sets its own target, swap,
+    select and push-url: a filter form's hx-* attributes are inherited otherwise."""
+
+    template_name = "dashboard/widgets/picker.html"
+    endpoint = ""
+
+    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
+        context = super().get_context(name, value, attrs)
+        widget_attrs = context["widget"]["attrs"]
+        list_id = f"{widget_attrs.get('id') or 'id_' + name}-options"
+        widget_attrs.update(
+            {
+                "list": list_id,
+                "autocomplete": "off",
+                "hx-get": str(self.endpoint),
+                "hx-trigger": "input changed delay:250ms, focus once",
+                "hx-target": f"#{list_id}",
+                "hx-swap": "innerHTML",
+                "hx-select": "unset",
+                "hx-push-url": "false",
+            }
+        )
+        context["widget"]["list_id"] = list_id
+        return context
+
+
+class UserPicker(Picker):
+    endpoint = reverse_lazy("pick_users")
+
+
+class AgentPicker(Picker):
+    endpoint = reverse_lazy("pick_agents")
 
 
 def clean_agent(value: str) -> str:
@@ -39,8 +79,8 @@ def day_end(value: Any) -> datetime | None:
 
 
 class ScopeFilters(forms.Form):
-    user = forms.CharField(required=False, max_length=200)
-    agent = forms.CharField(required=False, max_length=64)
+    user = forms.CharField(required=False, max_length=200, widget=UserPicker)
+    agent = forms.CharField(required=False, max_length=64, widget=AgentPicker)
 
     def clean_agent(self) -> str:
         return clean_agent(self.cleaned_data.get("agent", ""))
@@ -108,8 +148,8 @@ class ReviewByForm(OptionalReasonForm):
 
 
 class ForgetThreadForm(forms.Form):
-    user = forms.CharField(max_length=200)
-    agent = forms.CharField(max_length=64)
+    user = forms.CharField(max_length=200, widget=UserPicker)
+    agent = forms.CharField(max_length=64, widget=AgentPicker)
     thread = forms.CharField(max_length=200)
     confirm = forms.CharField(required=False, max_length=200, label="Type the thread id to confirm")
 
@@ -178,13 +218,13 @@ class ProfileSectionForm(forms.Form):
 
 
 class UserPick(forms.Form):
-    user = forms.CharField(max_length=200)
+    user = forms.CharField(max_length=200, widget=UserPicker)
 
 
 class UserIdForm(forms.Form):
     """One user id, checked the way the store names folders (length, NUL, encodable)."""
 
-    user = forms.CharField(max_length=200, strip=False)
+    user = forms.CharField(max_length=200, strip=False, widget=UserPicker)
 
     def clean_user(self) -> str:
         value = self.cleaned_data["user"]
@@ -220,8 +260,8 @@ class DeleteForm(OptionalReasonForm):
 class AuditFilters(forms.Form):
     action = forms.ChoiceField(required=False, choices=ANY + list(AuditEvent.Action.choices))
     actor = forms.CharField(required=False, max_length=150)
-    user = forms.CharField(required=False, max_length=200)
-    agent = forms.CharField(required=False, max_length=64)
+    user = forms.CharField(required=False, max_length=200, widget=UserPicker)
+    agent = forms.CharField(required=False, max_length=64, widget=AgentPicker)
     target = forms.CharField(required=False, max_length=200)
     since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
@@ -272,8 +312,8 @@ class ReasonOnly(forms.Form):
 
 
 class ScopeForm(forms.Form):
-    user = forms.CharField(max_length=200)
-    agent = forms.CharField(max_length=64)
+    user = forms.CharField(max_length=200, widget=UserPicker)
+    agent = forms.CharField(max_length=64, widget=AgentPicker)
     project = forms.CharField(required=False, max_length=200)
 
     def clean_agent(self) -> str:
@@ -297,7 +337,7 @@ class PreviewForm(ScopeForm):
 
 
 class AgentSettingsForm(forms.Form):
-    agent = forms.CharField(max_length=64)
+    agent = forms.CharField(max_length=64, widget=AgentPicker)
     budget = forms.IntegerField(min_value=1, max_value=100_000)
     correction_budget = forms.IntegerField(min_value=0, max_value=100_000)
     top_n = forms.IntegerField(min_value=0, max_value=10_000)
@@ -347,3 +387,49 @@ class GoldenCheckForm(forms.Form):
 
     def clean_agent(self) -> str:
         return clean_agent(self.cleaned_data.get("agent", ""))
+
+
+# --- people and the team -----------------------------------------------------------------
+
+
+class UsersFilter(forms.Form):
+    q = forms.CharField(required=False, max_length=200, label="User id contains", widget=UserPicker)
+    page = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+
+
+class PickForm(forms.Form):
+    """What a picker was typed so far: htmx sends the field under its own name
+    (`user`, `agent`, or `q` for the users page's search box)."""
+
+    user = forms.CharField(required=False, max_length=200)
+    agent = forms.CharField(required=False, max_length=64)
+    q = forms.CharField(required=False, max_length=200)
+
+    def typed(self, name: str) -> str:
+        if not self.is_valid():
+            return ""
+        return (self.cleaned_data.get(name) or self.cleaned_data.get("q") or "").strip()
+
+
+ROLE_CHOICES = [("viewer", "viewer (reads)"), ("reviewer", "reviewer (curates)"), ("admin", "admin (everything)")]
+
+
+class AccountForm(forms.Form):
+    username = forms.CharField(max_length=150, help_text="Letters, digits and @/./+/-/_ only.")
+    email = forms.EmailField(required=False)
+    role = forms.ChoiceField(choices=ROLE_CHOICES, initial="viewer")
+
+    def clean_username(self) -> str:
+        value = self.cleaned_data["username"].strip()
+        UnicodeUsernameValidator()(value)
+        if User.objects.filter(username__iexact=value).exists():
+            raise forms.ValidationError("An account with this username already exists.")
+        return value
+
+
+class RoleForm(forms.Form):
+    role = forms.ChoiceField(choices=ROLE_CHOICES)
+
+
+class AccountStateForm(forms.Form):
+    active = forms.TypedChoiceField(choices=[("1", "active"), ("0", "deactivated")], coerce=lambda v: v == "1")

@@ -1,6 +1,7 @@
 """Every dashboard page's URL (included at the site root by memoryadmin.urls)."""
 
-from django.urls import path
+from django.contrib.auth import views as auth_views
+from django.urls import path, reverse_lazy
 
 from .views import (
     agents,
@@ -15,7 +16,9 @@ from .views import (
     profiles,
     review,
     search,
+    team,
     turns,
+    users,
 )
 
 urlpatterns = [
@@ -64,4 +67,27 @@ urlpatterns = [
     path("agents/settings/", agents.agent_settings, name="agent_settings"),
     path("agents/keys/", agents.api_key_create, name="api_key_create"),
     path("agents/keys/<int:pk>/revoke/", agents.api_key_revoke, name="api_key_revoke"),
+    # people and the team
+    path("users/", users.users_list, name="users-list"),
+    path("users/<path:user_id>/", users.users_detail, name="users-detail"),
+    path("pick/users/", users.pick_users, name="pick_users"),
+    path("pick/agents/", users.pick_agents, name="pick_agents"),
+    path("team/", team.team, name="team"),
+    path("team/create/", team.team_create, name="team_create"),
+    path("team/<int:pk>/role/", team.team_role, name="team_role"),
+    path("team/<int:pk>/active/", team.team_active, name="team_active"),
+    path("team/<int:pk>/link/", team.team_link, name="team_link"),
+    path(
+        "team/set-password/<uidb64>/<token>/",
+        auth_views.PasswordResetConfirmView.as_view(
+            template_name="registration/set_password.html",
+            success_url=reverse_lazy("team_password_set"),
+        ),
+        name="team_set_password",
+    ),
+    path(
+        "team/set-password/done/",
+        auth_views.PasswordResetCompleteView.as_view(template_name="registration/set_password_done.html"),
+        name="team_password_set",
+    ),
 ]

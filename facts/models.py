@@ -319,6 +319,8 @@ class AuditEvent(models.Model):
         ERASE = "erase"
         EXPORT = "export"
         IMPORT = "import"
+        # A dashboard account created, its role changed, deactivated or given a new link.
+        TEAM = "team"
 
     actor = models.CharField(max_length=150)
     action = models.CharField(max_length=32, choices=Action.choices)

@@ -13,3 +13,8 @@ urlpatterns = [
     path("", include("dashboard.urls")),
     path("admin/", admin.site.urls),
 ]
+
+# Styled error pages with the navigation (dashboard/views/errors.py).
+handler403 = "dashboard.views.errors.permission_denied"
+handler404 = "dashboard.views.errors.page_not_found"
+handler500 = "dashboard.views.errors.server_error"

@@ -21,23 +21,9 @@ def seeded() -> None:
         run_turns_now(**t)
 
 
-def test_it_lists_a_persons_agents_fact_counts_and_conversations(seeded: None, viewer_client: Client) -> None:
-    response = viewer_client.get("/people/user/", {"user": "xena"})
-
-    page = response.content.decode()
-    assert response.status_code == 200
-    assert [(a.agent_name, a.active) for a in response.context["agents"]] == [("coder", 2)]
-    assert {t["thread_id"] for t in response.context["threads"]} == {"x-t1", "x-t2"}
-    assert "/profiles/?user=xena" in page and "Forget this conversation" in page
-    assert "Erase this user" not in page  # viewers do not see the action
-
-
-def test_it_links_ids_that_are_unsafe_in_a_path(viewer_client: Client) -> None:
-    run_turns_now(**{**turns()[1], "user_id": "a/b?c#d"})
-
-    listing = viewer_client.get("/people/").content.decode()
-    assert "/people/user/?user=a%2Fb%3Fc%23d" in listing
-    assert viewer_client.get("/people/user/", {"user": "a/b?c#d"}).context["agents"][0].active == 1
+def test_it_sends_the_old_people_addresses_to_the_users_pages(seeded: None, viewer_client: Client) -> None:
+    assert viewer_client.get("/people/")["Location"] == "/users/"
+    assert viewer_client.get("/people/user/", {"user": "a/b?c#d"})["Location"] == "/users/a/b%3Fc%23d/"
 
 
 def test_it_shows_a_dry_run_then_needs_the_typed_user_id_to_erase_a_person(seeded: None, admin_client_: Client) -> None:

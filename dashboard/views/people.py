@@ -1,106 +1,55 @@
 """People: who the memory is about, and forgetting them.
 
-A person's page lists their agents, fact counts, conversations and profile. Erasing a
-person (or one conversation, "Forget this conversation") goes through `facts.erasure`,
+A person's page is `/users/<id>/` (users.py). Erasing a person (or one conversation, "Forget this conversation") goes through `facts.erasure`,
 the same service as `manage.py erase`: a dry-run list first, then a typed confirmation
 (the user id, or the thread id), admins only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
-from django.db.models import Count, Max, Q
-from django.http import HttpRequest, HttpResponse
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from dashboard.forms import EraseForm, ForgetThreadForm, PageForm, UserPick
-from dashboard.helpers import actor_of, changed, page_of
+from dashboard.forms import EraseForm, ForgetThreadForm, UserIdForm
+from dashboard.helpers import actor_of, changed
+from dashboard.views.users import user_or_404
 from facts.access import ADMINISTER
 from facts.erasure.guard import running_for
 from facts.erasure.plan import plan
 from facts.erasure.run import Report, erase
 from facts.erasure.scope import Scope
 from facts.errors import InvalidId, LockTimeout
-from facts.models import FactCard, ProfileSection, Turn
+from facts.models import FactCard
 
 SHOWN_IDS = 50
 
 
-@dataclass
-class AgentRow:
-    agent_name: str
-    active: int
-    total: int
-
-
-def _people_ids() -> list[str]:
-    ids = set(FactCard.objects.exclude(user_id="").values_list("user_id", flat=True).distinct())
-    ids |= set(Turn.objects.values_list("user_id", flat=True).distinct())
-    ids |= set(ProfileSection.objects.values_list("user_id", flat=True).distinct())
-    return sorted(ids)
-
-
 def person_url(user_id: str) -> str:
-    return reverse("person") + "?" + urlencode({"user": user_id})
+    return reverse("users-detail", args=[user_id])
 
 
 @require_GET
 @login_required
 def people(request: HttpRequest) -> HttpResponse:
-    """Everyone the memory holds something about (cards, turns or a profile)."""
-    paging = PageForm(request.GET)
-    page = page_of(request, _people_ids(), paging.cleaned_data.get("page") if paging.is_valid() else 1)
-    return render(request, "facts/people.html", {"page": page, "pick": UserPick()})
+    """The old list of people: now `/users/` (kept so bookmarks still work)."""
+    return redirect("users-list", permanent=True)
 
 
 @require_GET
 @login_required
 def person(request: HttpRequest) -> HttpResponse:
-    """One person: agents with fact counts, conversations, profile, and the erase action.
-    The id travels in the query string: ids may hold `/`, `?` or `#`."""
-    pick = UserPick(request.GET)
+    """The old person page (`?user=`): now `/users/<id>/`."""
+    pick = UserIdForm(request.GET)
     if not pick.is_valid():
-        return redirect("people")
-    user_id = pick.cleaned_data["user"]
-    agents = [
-        AgentRow(row["agent_name"], row["active"], row["total"])
-        for row in FactCard.objects.filter(user_id=user_id)
-        .values("agent_name")
-        .annotate(total=Count("id"), active=Count("id", filter=Q(status="active")))
-        .order_by("agent_name")
-    ]
-    threads = list(
-        Turn.objects.filter(user_id=user_id)
-        .values("agent_name", "thread_id")
-        .annotate(turns=Count("id"), last=Max("received_at"))
-        .order_by("-last")[:200]
-    )
-    per_thread = {
-        (row["agent_name"], row["source_thread_id"]): row["n"]
-        for row in FactCard.objects.filter(user_id=user_id)
-        .values("agent_name", "source_thread_id")
-        .annotate(n=Count("id"))
-        .order_by()
-    }
-    for thread in threads:
-        thread["cards"] = per_thread.get((thread["agent_name"], thread["thread_id"]), 0)
-    ctx = {
-        "user_id": user_id,
-        "agents": agents,
-        "threads": threads,
-        "projects": sorted(
-            set(Turn.objects.filter(user_id=user_id).exclude(project_id="").values_list("project_id", flat=True))
-        ),
-        "has_profile": ProfileSection.objects.filter(user_id=user_id).exists(),
-        "running": running_for(user_id),
-    }
-    return render(request, "facts/person.html", ctx)
+        return redirect("users-list")
+    return redirect(person_url(pick.cleaned_data["user"]), permanent=True)
 
 
 def _dry_run(scope: Scope) -> list[tuple[str, int, list[str]]]:
@@ -124,12 +73,12 @@ def person_erase(request: HttpRequest) -> HttpResponse:
     data = request.POST if request.method == "POST" else request.GET
     form = EraseForm(request.POST) if request.method == "POST" else EraseForm()
     if "user" not in data:
-        return redirect("people")
+        return redirect("users-list")
     try:
         scope = Scope.of(data.get("user", ""))
     except InvalidId as exc:
         messages.error(request, f"Not a valid user id: {exc}")
-        return redirect("people")
+        return redirect("users-list")
     ctx = {"form": form, "scope": scope, "rows": _dry_run(scope), "running": running_for(scope.user_id)}
     if request.method == "GET":
         return render(request, "facts/erase.html", ctx)
@@ -140,7 +89,7 @@ def person_erase(request: HttpRequest) -> HttpResponse:
         return redirect(person_url(scope.user_id))
     total = sum(report.counts.values())
     messages.success(request, f"Erased user {scope.user_id}: {total} item(s) removed (erasure {report.erasure_id}).")
-    return changed(redirect("people"))
+    return changed(redirect("users-list"))
 
 
 @login_required
@@ -167,7 +116,7 @@ def forget_thread(request: HttpRequest) -> HttpResponse:
     if request.method == "GET":
         return render(request, "facts/forget.html", ctx)
     if not request.user.has_perm(ADMINISTER):
-        return HttpResponse("Forgetting a conversation needs the admin role.", status=403)
+        raise PermissionDenied("Forgetting a conversation needs the admin role.")
     if (clean.get("confirm") or "").strip() != scope.thread_id:
         form.add_error("confirm", "Type the thread id to confirm.")
         return render(request, "facts/forget.html", ctx, status=400)
@@ -180,4 +129,8 @@ def forget_thread(request: HttpRequest) -> HttpResponse:
         f"Forgot the conversation {scope.thread_id}: {report.counts.get('cards', 0)} card(s), "
         f"{report.counts.get('turns', 0)} turn(s), {report.counts.get('candidates', 0)} candidate(s) erased.",
     )
+    try:
+        user_or_404(scope.user_id)
+    except Http404:  # that was all memory held about them: their page is gone too
+        return changed(redirect("users-list"))
     return changed(redirect(person_url(scope.user_id)))

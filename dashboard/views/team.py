@@ -1,0 +1,162 @@
+"""The team: the dashboard's own accounts (admins only).
+
+An admin creates an account with a role (viewer, reviewer, admin: the groups of
+`facts.access`), changes its role, deactivates or reactivates it, or gives it a new
+set-password link. The new account has no password: the admin passes on a one-time link
+made by Django's password-reset tokens, which stop working once a password is set (the
+token signs the password hash) or after PASSWORD_RESET_TIMEOUT. Every change is audited.
+
+An admin cannot change their own account here (no locking oneself out), and only a
+superuser may change a superuser.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required, permission_required
+from django.contrib.auth.models import Group, User
+from django.contrib.auth.tokens import default_token_generator
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
+from django.views.decorators.http import require_GET, require_POST
+
+from dashboard.forms import AccountForm, AccountStateForm, RoleForm
+from dashboard.helpers import audit
+from facts.access import ROLES, ensure_roles
+from facts.models import AuditEvent
+
+ADMIN_ONLY = "facts.administer_memory"
+
+
+def role_of(account: User) -> str:
+    """The highest role among the account's groups ("" when it has none)."""
+    names = {g.name for g in account.groups.all()}
+    for role in reversed(list(ROLES)):
+        if role in names:
+            return role
+    return ""
+
+
+def _set_role(account: User, role: str) -> None:
+    if not Group.objects.filter(name=role).exists():
+        ensure_roles()
+    # One role at a time: the other role groups go, groups of another purpose stay.
+    account.groups.remove(*Group.objects.filter(name__in=list(ROLES)))
+    account.groups.add(Group.objects.get(name=role))
+
+
+def _set_password_link(request: HttpRequest, account: User) -> str:
+    uid = urlsafe_base64_encode(force_bytes(account.pk))
+    token = default_token_generator.make_token(account)
+    return request.build_absolute_uri(reverse("team_set_password", args=[uid, token]))
+
+
+def _changeable(request: HttpRequest, pk: int) -> User:
+    """The account named in the URL, if this admin may change it."""
+    account = get_object_or_404(User, pk=pk)
+    if account.pk == request.user.pk:
+        raise PermissionDenied("You cannot change your own account here.")
+    if account.is_superuser and not request.user.is_superuser:
+        raise PermissionDenied("Only a superuser can change a superuser's account.")
+    return account
+
+
+def _page(
+    request: HttpRequest, form: AccountForm, status: int = 200, link: str = "", linked: User | None = None
+) -> HttpResponse:
+    accounts = User.objects.order_by("-is_active", "username").prefetch_related("groups")
+    rows = [(a, role_of(a)) for a in accounts]
+    ctx = {
+        "form": form,
+        "rows": rows,
+        "roles": list(ROLES),
+        "link": link,
+        "linked": linked,
+        "timeout_days": max(1, settings.PASSWORD_RESET_TIMEOUT // 86400),
+    }
+    return render(request, "memoryadmin/team.html", ctx, status=status)
+
+
+@require_GET
+@login_required
+@permission_required(ADMIN_ONLY, raise_exception=True)
+def team(request: HttpRequest) -> HttpResponse:
+    return _page(request, AccountForm())
+
+
+@require_POST
+@login_required
+@permission_required(ADMIN_ONLY, raise_exception=True)
+def team_create(request: HttpRequest) -> HttpResponse:
+    """Create an account with a role; the answer shows its set-password link once."""
+    form = AccountForm(request.POST)
+    if not form.is_valid():
+        return _page(request, form, status=400)
+    data = form.cleaned_data
+    with transaction.atomic():
+        account = User.objects.create_user(data["username"], data["email"])
+        account.set_unusable_password()
+        account.save(update_fields=["password"])
+        _set_role(account, data["role"])
+        audit(request, AuditEvent.Action.TEAM, target=account.username, change="create", role=data["role"])
+    messages.success(request, f"Account {account.username} created as {data['role']}.")
+    return _page(request, AccountForm(), link=_set_password_link(request, account), linked=account)
+
+
+@require_POST
+@login_required
+@permission_required(ADMIN_ONLY, raise_exception=True)
+def team_role(request: HttpRequest, pk: int) -> HttpResponse:
+    account = _changeable(request, pk)
+    form = RoleForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Choose a role: " + ", ".join(ROLES) + ".")
+        return redirect("team")
+    before = role_of(account)
+    role = form.cleaned_data["role"]
+    if role != before:
+        with transaction.atomic():
+            _set_role(account, role)
+            audit(request, AuditEvent.Action.TEAM, target=account.username, change="role", role=role, before=before)
+        messages.success(request, f"{account.username} is now {role}.")
+    return redirect("team")
+
+
+@require_POST
+@login_required
+@permission_required(ADMIN_ONLY, raise_exception=True)
+def team_active(request: HttpRequest, pk: int) -> HttpResponse:
+    """Deactivate (or reactivate) an account. A deactivated account's open sessions end
+    at their next request: Django's backend refuses inactive users."""
+    account = _changeable(request, pk)
+    form = AccountStateForm(request.POST)
+    if not form.is_valid():
+        return redirect("team")
+    active = form.cleaned_data["active"]
+    if active != account.is_active:
+        with transaction.atomic():
+            account.is_active = active
+            account.save(update_fields=["is_active"])
+            change = "activate" if active else "deactivate"
+            audit(request, AuditEvent.Action.TEAM, target=account.username, change=change)
+        messages.success(request, f"{account.username} {'reactivated' if active else 'deactivated'}.")
+    return redirect("team")
+
+
+@require_POST
+@login_required
+@permission_required(ADMIN_ONLY, raise_exception=True)
+def team_link(request: HttpRequest, pk: int) -> HttpResponse:
+    """A new one-time set-password link (a lost invitation or a forgotten password)."""
+    account = _changeable(request, pk)
+    if not account.is_active:
+        messages.error(request, f"{account.username} is deactivated: reactivate the account first.")
+        return redirect("team")
+    audit(request, AuditEvent.Action.TEAM, target=account.username, change="link")
+    return _page(request, AccountForm(), link=_set_password_link(request, account), linked=account)
