@@ -415,7 +415,7 @@ ROLE_CHOICES = [("viewer", "viewer (reads)"), ("reviewer", "reviewer (curates)")
 
 
 class AccountForm(forms.Form):
-    username = forms.CharField(max_length=150, help_text="Letters, digits and @/./+/-/_ only.")
+    username = forms.CharField(max_length=150)
     email = forms.EmailField(required=False)
     role = forms.ChoiceField(choices=ROLE_CHOICES, initial="viewer")
 

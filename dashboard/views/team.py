@@ -83,16 +83,16 @@ def _page(
     return render(request, "memoryadmin/team.html", ctx, status=status)
 
 
-@require_GET
 @login_required
 @permission_required(ADMIN_ONLY, raise_exception=True)
+@require_GET
 def team(request: HttpRequest) -> HttpResponse:
     return _page(request, AccountForm())
 
 
-@require_POST
 @login_required
 @permission_required(ADMIN_ONLY, raise_exception=True)
+@require_POST
 def team_create(request: HttpRequest) -> HttpResponse:
     """Create an account with a role; the answer shows its set-password link once."""
     form = AccountForm(request.POST)
@@ -109,9 +109,9 @@ def team_create(request: HttpRequest) -> HttpResponse:
     return _page(request, AccountForm(), link=_set_password_link(request, account), linked=account)
 
 
-@require_POST
 @login_required
 @permission_required(ADMIN_ONLY, raise_exception=True)
+@require_POST
 def team_role(request: HttpRequest, pk: int) -> HttpResponse:
     account = _changeable(request, pk)
     form = RoleForm(request.POST)
@@ -128,9 +128,9 @@ def team_role(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect("team")
 
 
-@require_POST
 @login_required
 @permission_required(ADMIN_ONLY, raise_exception=True)
+@require_POST
 def team_active(request: HttpRequest, pk: int) -> HttpResponse:
     """Deactivate (or reactivate) an account. A deactivated account's open sessions end
     at their next request: Django's backend refuses inactive users."""
@@ -149,9 +149,9 @@ def team_active(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect("team")
 
 
-@require_POST
 @login_required
 @permission_required(ADMIN_ONLY, raise_exception=True)
+@require_POST
 def team_link(request: HttpRequest, pk: int) -> HttpResponse:
     """A new one-time set-password link (a lost invitation or a forgotten password)."""
     account = _changeable(request, pk)
