@@ -398,17 +398,18 @@ class UsersFilter(forms.Form):
 
 
 class PickForm(forms.Form):
-    """What a picker was typed so far: htmx sends the field under its own name
-    (`user`, `agent`, or `q` for the users page's search box)."""
+    """What a picker was typed so far. htmx sends the field under its own name: `user`,
+    `agent`, `q` (the users page's search box), or a prefixed one (`new-agent`)."""
 
-    user = forms.CharField(required=False, max_length=200)
-    agent = forms.CharField(required=False, max_length=64)
-    q = forms.CharField(required=False, max_length=200)
+    typed = forms.CharField(required=False, max_length=200)
 
-    def typed(self, name: str) -> str:
-        if not self.is_valid():
-            return ""
-        return (self.cleaned_data.get(name) or self.cleaned_data.get("q") or "").strip()
+    @classmethod
+    def of(cls, query: Any, name: str) -> str:
+        value = query.get(name) or query.get("q") or ""
+        if not value:
+            value = next((v for k, v in query.items() if k.endswith("-" + name) and v), "")
+        form = cls({"typed": value})
+        return form.cleaned_data["typed"].strip() if form.is_valid() else ""
 
 
 ROLE_CHOICES = [("viewer", "viewer (reads)"), ("reviewer", "reviewer (curates)"), ("admin", "admin (everything)")]

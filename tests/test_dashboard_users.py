@@ -138,10 +138,12 @@ def test_it_suggests_user_and_agent_ids_as_one_types(seeded: None, viewer_client
     users = viewer_client.get("/pick/users/", {"user": "X"}).content.decode()
     agents = viewer_client.get("/pick/agents/", {"agent": "cod"}).content.decode()
     searched = viewer_client.get("/pick/users/", {"q": "yu"}).content.decode()
+    prefixed = viewer_client.get("/pick/agents/", {"new-agent": "zz"}).content.decode()
 
     assert '<option value="xena">' in users and "yuri" not in users
     assert agents.strip() == '<option value="coder"></option>'
     assert '<option value="yuri">' in searched
+    assert prefixed.strip() == ""  # the agents page's "new-agent" field is read too
 
 
 @pytest.mark.parametrize(
@@ -161,10 +163,16 @@ def test_it_offers_the_pickers_on_every_user_and_agent_field(viewer_client: Clie
     page = viewer_client.get(url).content.decode()
 
     for name in fields:
-        endpoint = "/pick/agents/" if name == "agent" else "/pick/users/"
+        endpoint = "/pick/agents/" if name.endswith("agent") else "/pick/users/"
         assert f'name="{name}"' in page
         assert f'hx-get="{endpoint}"' in page and f'list="id_{name}-options"' in page
         assert f'<datalist id="id_{name}-options">' in page
+
+
+def test_it_offers_the_agent_picker_for_a_new_agents_settings(admin_client_: Client) -> None:
+    page = admin_client_.get("/agents/").content.decode()
+
+    assert 'name="new-agent"' in page and 'list="id_new-agent-options"' in page and 'hx-get="/pick/agents/"' in page
 
 
 # --- /team/ -----------------------------------------------------------------------------------

@@ -271,7 +271,7 @@ def _matching(field: str, q: str, models: tuple[Any, ...]) -> list[str]:
 def pick_users(request: HttpRequest) -> HttpResponse:
     """Options for a user field. Every dashboard role may see every person, so the
     scope is "signed in"; anonymous requests go to the login page like every page."""
-    q = PickForm(request.GET).typed("user")
+    q = PickForm.of(request.GET, "user")
     options = _matching("user_id", q, (FactCard, Turn, ProfileSection, Candidate))
     return render(request, "facts/users.html#options", {"options": options})
 
@@ -279,6 +279,6 @@ def pick_users(request: HttpRequest) -> HttpResponse:
 @require_GET
 @login_required
 def pick_agents(request: HttpRequest) -> HttpResponse:
-    q = PickForm(request.GET).typed("agent")
+    q = PickForm.of(request.GET, "agent")
     options = _matching("agent_name", q, (FactCard, Turn, Candidate))
     return render(request, "facts/users.html#options", {"options": options})
