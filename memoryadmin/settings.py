@@ -222,6 +222,8 @@ else:
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_SAMESITE = "Lax"
+# A refused form gets the styled page with the navigation, not Django's plain 403.
+CSRF_FAILURE_VIEW = "dashboard.views.errors.csrf_failure"
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
 

@@ -286,6 +286,20 @@ def test_it_styles_403_in_both_modes(settings: Any, viewer_client: Client, debug
     assert response.status_code == 403 and 'id="error-page"' in response.content.decode()
 
 
+def test_it_answers_a_form_without_its_csrf_token_with_the_styled_403_and_changes_nothing(
+    viewer: User,
+) -> None:
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(viewer)
+    before = AuditEvent.objects.count()
+
+    response = browser.post(reverse("team"), {"username": "mallory", "role": "admin"})
+
+    page = response.content.decode()
+    assert response.status_code == 403 and 'id="error-page"' in page and "Reload the page" in page
+    assert not User.objects.filter(username="mallory").exists() and AuditEvent.objects.count() == before
+
+
 def test_it_keeps_the_api_404_its_own(settings: Any, client: Client) -> None:
     settings.DEBUG = True
 

@@ -33,6 +33,17 @@ def permission_denied(request: HttpRequest, exception: Exception | None = None) 
     return render(request, "403.html", {"reason": reason}, status=403)
 
 
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """A form refused by the CSRF check: the styled page, saying what to do (Django's own
+    reason, e.g. "CSRF token missing.", goes to the log, not the page)."""
+    log.warning("CSRF check failed on %s: %s", request.path, reason)
+    message = (
+        "This form could not be accepted: it was opened too long ago, in another session, or "
+        "from another site. Reload the page and try again; nothing was changed."
+    )
+    return render(request, "403.html", {"reason": message, "csrf": True}, status=403)
+
+
 def server_error(request: HttpRequest) -> HttpResponse:
     """The styled page; if even that fails (the database is what broke, and the
     navigation asks it who is signed in), the same page without the navigation."""
