@@ -1,6 +1,8 @@
 """Every dashboard page's URL (included at the site root by memoryadmin.urls)."""
 
+from django.templatetags.static import static
 from django.urls import path
+from django.views.generic import RedirectView
 
 from .views import (
     agents,
@@ -64,4 +66,9 @@ urlpatterns = [
     path("agents/settings/", agents.agent_settings, name="agent_settings"),
     path("agents/keys/", agents.api_key_create, name="api_key_create"),
     path("agents/keys/<int:pk>/revoke/", agents.api_key_revoke, name="api_key_revoke"),
+    # issue 21 (review): selected rows, undo a dismissal, profile revert, the favicon
+    path("review/selected/", review.selected_review, name="selected_review"),
+    path("review/restore/", review.candidates_restore, name="candidates_restore"),
+    path("profiles/revert/", profiles.profile_revert, name="profile_revert"),
+    path("favicon.ico", RedirectView.as_view(url=static("img/favicon.ico"), permanent=True), name="favicon"),
 ]

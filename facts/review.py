@@ -176,3 +176,32 @@ def _record_review(candidate: Candidate, state: str, *, actor: str, note: str, f
     candidate.review_note = note or ""
     candidate.fact_id = fact_id or ""
     candidate.save(update_fields=["review_state", "reviewed_by", "reviewed_at", "review_note", "fact_id"])
+
+
+def restore_candidate(candidate: Candidate, *, actor: str, note: str = "") -> bool:
+    """Undo a dismissal: the candidate waits for review again, as it did before.
+
+    Audited as a restore. Returns False (and changes nothing) when the candidate is no
+    longer dismissed, e.g. another reviewer restored it first.
+    """
+    # A rejected candidate was in the queue unreviewed; anything else was pending.
+    back_to = (
+        Candidate.ReviewState.NONE if candidate.verdict == Candidate.Verdict.REJECTED else Candidate.ReviewState.PENDING
+    )
+    # One conditional UPDATE: two reviewers undoing at once restore it once.
+    changed = Candidate.objects.filter(pk=candidate.pk, review_state=Candidate.ReviewState.DISMISSED).update(
+        review_state=back_to, reviewed_by=None, reviewed_at=None, review_note=""
+    )
+    if not changed:
+        return False
+    candidate.refresh_from_db()
+    audit.record(
+        actor,
+        AuditEvent.Action.RESTORE,
+        target=f"candidate:{candidate.pk}",
+        user_id=candidate.user_id,
+        agent_name=candidate.agent_name,
+        reason=note,
+        kind=candidate.kind,
+    )
+    return True

@@ -258,7 +258,7 @@ def test_conflicting_keys_are_shown_and_resolved_in_one_click(reviewer_client: C
     page = reviewer_client.get("/conflicts/")
     assert b"Answers in English." in page.content and b"Answers in French." in page.content
     assert b"contradicts a correction" in page.content
-    reviewer_client.post("/conflicts/resolve/", {"keep": b.id, "others": f"{a.id},"})
+    reviewer_client.post("/conflicts/resolve/", {"keep": b.id, "others": f"{a.id},", "confirmed": "yes"})
     row = FactCard.objects.get(id=a.id)
     assert (row.status, row.superseded_by) == (CardStatus.SUPERSEDED, b.id)
     assert b"No conflicts." in reviewer_client.get("/conflicts/").content
