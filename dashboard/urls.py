@@ -1,8 +1,6 @@
 """Every dashboard page's URL (included at the site root by memoryadmin.urls)."""
 
-from django.templatetags.static import static
 from django.urls import path
-from django.views.generic import RedirectView
 
 from .views import (
     agents,
@@ -10,6 +8,7 @@ from .views import (
     conflicts,
     export,
     facts,
+    favicon,
     index,
     overview,
     people,
@@ -70,5 +69,5 @@ urlpatterns = [
     path("review/selected/", review.selected_review, name="selected_review"),
     path("review/restore/", review.candidates_restore, name="candidates_restore"),
     path("profiles/revert/", profiles.profile_revert, name="profile_revert"),
-    path("favicon.ico", RedirectView.as_view(url=static("img/favicon.ico"), permanent=True), name="favicon"),
+    path("favicon.ico", favicon.favicon, name="favicon"),
 ]
