@@ -69,5 +69,5 @@ urlpatterns = [
     path("review/selected/", review.selected_review, name="selected_review"),
     path("review/restore/", review.candidates_restore, name="candidates_restore"),
     path("profiles/revert/", profiles.profile_revert, name="profile_revert"),
-    path("favicon.ico", favicon.favicon, name="favicon"),
+    path("favicon.ico", favicon.favicon),  # public, before login (unnamed: not a page)
 ]
