@@ -17,7 +17,14 @@ from facts.access import ensure_roles
 from facts.models import AuditEvent, Candidate, ProfileRevision
 from facts.profilefile import Section
 from facts.writer import commit_profile, save_card
-from tests.test_browser_dashboard import browser, csp_violations, page, shot  # noqa: F401 (fixtures)
+from tests import test_browser_dashboard as journeys
+
+# The dashboard journeys' fixtures: one chromium per module, a page that fails the test on
+# any Content-Security-Policy violation.
+browser = journeys.browser
+csp_violations = journeys.csp_violations
+page = journeys.page
+shot = journeys.shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
