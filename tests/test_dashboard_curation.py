@@ -326,3 +326,36 @@ def test_the_favicon_is_served_and_linked(client: Client) -> None:
     assert response.status_code == 200 and response["Content-Type"] == "image/x-icon"
     assert b"".join(response.streaming_content)[:4] == b"\x00\x00\x01\x00"
     assert b'rel="icon"' in client.get("/login/").content
+
+
+def test_reverting_a_fact_asks_first_with_the_diff(reviewer_client: Client, make_card) -> None:
+    card = save_card(make_card(content="Version one."), actor="t")
+    scope = f"{card.user_id} × {card.agent_name}"
+    reviewer_client.post(
+        f"/facts/{card.id}/correct/",
+        {
+            "scope": scope,
+            "content": "Version two.",
+            "key": card.key,
+            "category": "preference",
+            "confidence": "0.8",
+            "reason": "x",
+        },
+    )
+    assert FactCard.objects.get(id=card.id).content == "Version two."
+    asked = reviewer_client.post(f"/facts/{card.id}/revert/1/", {"scope": scope}).content.decode()
+    assert "to revision 1?" in asked and "-Version two." in asked and "+Version one." in asked
+    assert FactCard.objects.get(id=card.id).content == "Version two."
+    reviewer_client.post(f"/facts/{card.id}/revert/1/", {"scope": scope, "confirmed": "yes"})
+    assert FactCard.objects.get(id=card.id).content == "Version one."
+
+
+def test_a_dismissed_candidates_page_offers_undo(reviewer_client: Client, make_candidate) -> None:
+    a = make_candidate()
+    reviewer_client.post(f"/review/{a.pk}/dismiss/")
+    page = reviewer_client.get(f"/review/{a.pk}/").content.decode()
+    assert "Undo the dismissal" in page
+    after = reviewer_client.post(
+        "/review/restore/", {"ids": [a.pk], "next": f"/review/{a.pk}/"}, follow=True
+    ).content.decode()
+    assert "Undo the dismissal" not in after and "Approve (or correct and approve)" in after

@@ -187,7 +187,7 @@ def test_setting_a_review_by_date(reviewer_client: Client, make_card) -> None:
 def test_reverting_to_an_old_version(reviewer_client: Client, make_card, store: Store) -> None:
     card = save_card(make_card(content="Version one."), actor="t")
     correct(reviewer_client, card, content="Version two.")
-    response = reviewer_client.post(f"/facts/{card.id}/revert/1/", {"scope": scope_of(card)})
+    response = reviewer_client.post(f"/facts/{card.id}/revert/1/", {"scope": scope_of(card), "confirmed": "yes"})
     assert response.status_code == 302
     current = store.read_card(Bucket.of(card), card.id)
     assert (current.content, current.revision) == ("Version one.", 3)
