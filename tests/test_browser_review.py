@@ -127,3 +127,34 @@ def test_it_opens_the_preview_filled_in_from_agents_and_from_a_profile(page: Any
     page.wait_for_selector("#context-text")
     assert page.locator("text=This field is required").count() == 0
     shot(page, "review-08-preview-from-profile")
+
+
+def test_without_javascript_revoking_a_key_goes_through_the_confirm_page(browser: Any, live_server: Any) -> None:
+    from memoryadmin.models import ApiKey
+
+    context = browser.new_context(java_script_enabled=False, base_url=live_server.url)
+    nojs = context.new_page()
+    try:
+        login_as(nojs, "admin")
+        nojs.goto("/agents/")
+        nojs.fill("input[name=name]", "ci-runner")
+        nojs.click("text=Create key")
+        nojs.goto("/agents/")
+        nojs.click("button:text('Revoke')")
+        nojs.wait_for_selector("#confirm-step")
+        shot(nojs, "review-09-confirm-page-nojs")
+        assert ApiKey.objects.get(name="ci-runner").active
+        nojs.click("#confirm-step button[type=submit]")
+        nojs.wait_for_selector("text=Key ci-runner revoked.")
+        assert not ApiKey.objects.get(name="ci-runner").active
+    finally:
+        context.close()
+
+
+def test_the_fact_page_is_headed_by_its_text(page: Any, make_card: Any) -> None:
+    card = save_card(make_card(user_id="li.wei", key="editor", content="Uses Helix as editor."), actor="t")
+    login_as(page, "viewer")
+    page.goto(f"/facts/{card.id}/")
+    assert page.inner_text("h1").startswith("Uses Helix as editor.")
+    assert "/tmp/" not in page.inner_text("main")
+    shot(page, "review-10-fact-page")
