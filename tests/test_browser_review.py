@@ -77,6 +77,14 @@ def test_it_dismisses_then_undoes_from_the_row_and_with_keys(page: Any, make_can
     shot(page, "review-04-keys-help")
     page.keyboard.press("Escape")
     assert Candidate.objects.get(pk=first.pk).review_state == "pending"
+    # j twice reaches the first candidate; a asks for the reason, Enter approves.
+    page.keyboard.press("j")
+    page.keyboard.press("j")
+    page.keyboard.press("a")
+    page.keyboard.type("She said it twice.")
+    page.keyboard.press("Enter")
+    page.wait_for_selector(f"#candidate-{first.pk} >> text=approved")
+    assert Candidate.objects.get(pk=first.pk).review_note == "She said it twice."
 
 
 def test_it_reverts_a_profile_after_confirming_in_a_dialog(page: Any) -> None:
