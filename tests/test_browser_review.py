@@ -166,3 +166,24 @@ def test_the_fact_page_is_headed_by_its_text(page: Any, make_card: Any) -> None:
     assert page.inner_text("h1").startswith("Uses Helix as editor.")
     assert "/tmp/" not in page.inner_text("main")
     shot(page, "review-10-fact-page")
+
+
+def test_the_preview_says_why_facts_were_left_out(page: Any, make_card: Any) -> None:
+    def fill(profile):
+        profile.set_section("workContext", Section(summary="Works on compilers " * 20))
+        return profile
+
+    commit_profile("li.wei", fill, actor="t", reason="seed")
+    save_card(
+        make_card(user_id="li.wei", category="correction", content="Name: Li Wei, not Wei Li. " + "Li Wei. " * 40),
+        actor="t",
+    )
+    save_card(make_card(user_id="li.wei", content="Prefers Rust. " * 30), actor="t")
+    login_as(page, "viewer")
+    page.goto("/preview/?user=li.wei&agent=coder&budget=200&correction_budget=190")
+    page.wait_for_selector("table.excluded")
+    why = page.inner_text("table.excluded")
+    assert "the correction budget, 190, is a cap inside the total" in why
+    assert "budget did not fit in the budget" not in why
+    assert page.locator("#no-included").count() == 1
+    shot(page, "review-11-preview-left-out")
