@@ -21,14 +21,18 @@ migrate: venv
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 
-# Web server (waitress: README "Web server") and worker side by side; Ctrl-C stops both.
+# Web server (waitress: README "Web server") and worker side by side; Ctrl-C stops both
+# (a clean exit), and so does either one exiting (its status is kept). `stop` names the
+# two processes and clears the traps first: the old `kill 0` signalled this shell too,
+# re-entering its own trap until bash crashed ("Segmentation fault").
 run: migrate
 	$(PY) manage.py bootstrap
 	@echo "Dashboard: http://$(HOST):$(PORT)/  (worker: manage.py db_worker)"
-	@trap 'kill 0' INT TERM EXIT; \
-	$(PY) manage.py db_worker --interval 1 --no-reload & \
-	$(PY) manage.py serve --listen $(HOST):$(PORT) & \
-	wait
+	@stop() { trap - INT TERM EXIT; kill $$pids 2>/dev/null; wait; echo "Stopped the web server and the worker."; }; \
+	trap 'stop; exit 0' INT TERM; trap stop EXIT; \
+	$(PY) manage.py db_worker --interval 1 --no-reload & pids=$$!; \
+	$(PY) manage.py serve --listen $(HOST):$(PORT) & pids="$$pids $$!"; \
+	wait -n
 
 worker: migrate
 	$(PY) manage.py db_worker --interval 1 --no-reload

@@ -434,3 +434,51 @@ class RoleForm(forms.Form):
 
 class AccountStateForm(forms.Form):
     active = forms.TypedChoiceField(choices=[("1", "active"), ("0", "deactivated")], coerce=lambda v: v == "1")
+
+
+# --- review queue: selected rows, undo; profile revert; confirmations -----------------------
+
+SELECTED_LIMIT = 500
+
+
+class IdsField(forms.Field):
+    """Several integer ids under one name (the queue's row checkboxes)."""
+
+    widget = forms.MultipleHiddenInput
+
+    def to_python(self, value: Any) -> list[int]:
+        values = value if isinstance(value, list | tuple) else ([value] if value else [])
+        if len(values) > SELECTED_LIMIT:
+            raise forms.ValidationError(f"At most {SELECTED_LIMIT} rows at once.")
+        try:
+            return sorted({int(v) for v in values})
+        except (TypeError, ValueError):
+            raise forms.ValidationError("Not a list of row ids.") from None
+
+
+class SelectedForm(forms.Form):
+    ids = IdsField(error_messages={"required": "Select at least one row."})
+    action = forms.ChoiceField(choices=[("approve", "approve"), ("dismiss", "dismiss")])
+    note = forms.CharField(required=False, max_length=2000)
+    next = forms.CharField(required=False, max_length=2000)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("action") == "approve" and not (data.get("note") or "").strip():
+            self.add_error("note", "Approving overrides the gate: write why.")
+        return data
+
+
+class RestoreForm(forms.Form):
+    ids = IdsField()
+    next = forms.CharField(required=False, max_length=2000)
+
+
+class ProfileRevertForm(forms.Form):
+    user = forms.CharField(max_length=200)
+    revision = forms.IntegerField(min_value=1, help_text="the version to go back to")
+    current = forms.IntegerField(min_value=0, help_text="the revision the curator was looking at")
+    reason = forms.CharField(required=False, max_length=2000)
+
+    def clean_user(self) -> str:
+        return self.cleaned_data["user"].strip()

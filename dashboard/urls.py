@@ -9,6 +9,7 @@ from .views import (
     conflicts,
     export,
     facts,
+    favicon,
     index,
     overview,
     people,
@@ -90,4 +91,9 @@ urlpatterns = [
         auth_views.PasswordResetCompleteView.as_view(template_name="registration/set_password_done.html"),
         name="team_password_set",
     ),
+    # issue 21 (review): selected rows, undo a dismissal, profile revert, the favicon
+    path("review/selected/", review.selected_review, name="selected_review"),
+    path("review/restore/", review.candidates_restore, name="candidates_restore"),
+    path("profiles/revert/", profiles.profile_revert, name="profile_revert"),
+    path("favicon.ico", favicon.favicon),  # public, before login (unnamed: not a page)
 ]

@@ -157,6 +157,7 @@ def apply_candidate(
 
 
 def dismiss_candidate(candidate: Candidate, *, actor: str, note: str) -> None:
+    previous = candidate.review_state
     _record_review(candidate, Candidate.ReviewState.DISMISSED, actor=actor, note=note, fact_id=candidate.fact_id)
     audit.record(
         actor,
@@ -166,6 +167,7 @@ def dismiss_candidate(candidate: Candidate, *, actor: str, note: str) -> None:
         agent_name=candidate.agent_name,
         reason=note,
         kind=candidate.kind,
+        previous_state=previous,  # what an undo puts back (restore_candidate)
     )
 
 
@@ -176,3 +178,42 @@ def _record_review(candidate: Candidate, state: str, *, actor: str, note: str, f
     candidate.review_note = note or ""
     candidate.fact_id = fact_id or ""
     candidate.save(update_fields=["review_state", "reviewed_by", "reviewed_at", "review_note", "fact_id"])
+
+
+def restore_candidate(candidate: Candidate, *, actor: str, note: str = "") -> bool:
+    """Undo a dismissal: the candidate waits for review again, in the state it had.
+
+    Audited as a restore. Returns False (and changes nothing) when the candidate is no
+    longer dismissed, e.g. another reviewer restored it first.
+    """
+    dismissal = (
+        AuditEvent.objects.filter(action=AuditEvent.Action.DISMISS, target=f"candidate:{candidate.pk}")
+        .order_by("-pk")
+        .first()
+    )
+    back_to = (dismissal.details or {}).get("previous_state") if dismissal else None
+    if back_to not in (Candidate.ReviewState.NONE, Candidate.ReviewState.PENDING):
+        # Dismissed before the state was recorded: a rejected candidate sat in the queue
+        # unreviewed, anything else was held pending.
+        back_to = (
+            Candidate.ReviewState.NONE
+            if candidate.verdict == Candidate.Verdict.REJECTED
+            else Candidate.ReviewState.PENDING
+        )
+    # One conditional UPDATE: two reviewers undoing at once restore it once.
+    changed = Candidate.objects.filter(pk=candidate.pk, review_state=Candidate.ReviewState.DISMISSED).update(
+        review_state=back_to, reviewed_by=None, reviewed_at=None, review_note=""
+    )
+    if not changed:
+        return False
+    candidate.refresh_from_db()
+    audit.record(
+        actor,
+        AuditEvent.Action.RESTORE,
+        target=f"candidate:{candidate.pk}",
+        user_id=candidate.user_id,
+        agent_name=candidate.agent_name,
+        reason=note,
+        kind=candidate.kind,
+    )
+    return True

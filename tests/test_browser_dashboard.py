@@ -155,6 +155,7 @@ def test_correct_a_fact_and_revert_it(page: Any, make_card: Any) -> None:
     shot(page, "08-fact-corrected")
     page.click("text=Revision 1 · seed")
     page.click("text=Revert to revision 1")
+    page.click("#confirm-ok")  # the confirm dialog (static/js/confirm.js)
     page.wait_for_selector("text=Reverted to revision 1.")
     assert "Prefers tabs." in page.inner_text("blockquote.fact-text")
     assert FactCard.objects.get(id=card.id).revision == 3

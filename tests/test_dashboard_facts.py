@@ -187,7 +187,7 @@ def test_setting_a_review_by_date(reviewer_client: Client, make_card) -> None:
 def test_reverting_to_an_old_version(reviewer_client: Client, make_card, store: Store) -> None:
     card = save_card(make_card(content="Version one."), actor="t")
     correct(reviewer_client, card, content="Version two.")
-    response = reviewer_client.post(f"/facts/{card.id}/revert/1/", {"scope": scope_of(card)})
+    response = reviewer_client.post(f"/facts/{card.id}/revert/1/", {"scope": scope_of(card), "confirmed": "yes"})
     assert response.status_code == 302
     current = store.read_card(Bucket.of(card), card.id)
     assert (current.content, current.revision) == ("Version one.", 3)
@@ -258,7 +258,7 @@ def test_conflicting_keys_are_shown_and_resolved_in_one_click(reviewer_client: C
     page = reviewer_client.get("/conflicts/")
     assert b"Answers in English." in page.content and b"Answers in French." in page.content
     assert b"contradicts a correction" in page.content
-    reviewer_client.post("/conflicts/resolve/", {"keep": b.id, "others": f"{a.id},"})
+    reviewer_client.post("/conflicts/resolve/", {"keep": b.id, "others": f"{a.id},", "confirmed": "yes"})
     row = FactCard.objects.get(id=a.id)
     assert (row.status, row.superseded_by) == (CardStatus.SUPERSEDED, b.id)
     assert b"No conflicts." in reviewer_client.get("/conflicts/").content

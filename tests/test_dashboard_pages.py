@@ -174,7 +174,7 @@ def test_an_admin_creates_a_key_shown_once_and_stored_hashed(admin_client_: Clie
 
 def test_an_admin_revokes_a_key(admin_client_: Client) -> None:
     key, _ = ApiKey.issue("old")
-    admin_client_.post(f"/agents/keys/{key.pk}/revoke/")
+    admin_client_.post(f"/agents/keys/{key.pk}/revoke/", {"confirmed": "yes"})
     key.refresh_from_db()
     assert not key.active
 

@@ -14,6 +14,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from dashboard.confirm import confirm_first
 from dashboard.forms import AgentSettingsForm, ApiKeyForm
 from dashboard.helpers import audit
 from facts.access import ADMINISTER
@@ -135,6 +136,14 @@ def api_key_revoke(request: HttpRequest, pk: int) -> HttpResponse:
     if key is None:
         raise Http404("no such key")
     if key.active:
+        asked = confirm_first(
+            request,
+            question=f"Revoke the key {key.name} ({key.prefix}…)? Agents using it are refused at once.",
+            button="Revoke the key",
+            cancel=reverse("agents"),
+        )
+        if asked:
+            return asked
         key.revoke()
         audit(
             request,

@@ -9,9 +9,11 @@ from django.contrib.auth.decorators import login_required, permission_required
 from django.core.cache import cache
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from dashboard.confirm import confirm_first
 from dashboard.forms import ResolveForm
 from dashboard.helpers import actor_of, audit, changed, fact_or_404
 from dashboard.views.overview import COUNTS_CACHE_SECONDS, counts_version
@@ -58,6 +60,14 @@ def resolve_conflict(request: HttpRequest) -> HttpResponse:
     others = list(FactCard.objects.filter(id__in=other_ids).exclude(id=keep.id))
     if len(others) != len(set(other_ids) - {keep.id}) or any(o.bucket != keep.bucket for o in others):
         raise Http404("cards of another scope")
+    asked = confirm_first(
+        request,
+        question=f"Keep “{keep.content[:120]}” and supersede the {len(others)} other card(s)?",
+        button="Keep this one",
+        cancel=reverse("conflicts"),
+    )
+    if asked:
+        return asked
     reason = form.cleaned_data.get("reason") or f"conflict resolved in favour of {keep.id}"
     try:
         superseded = resolve(keep, others, actor=actor_of(request), reason=reason)

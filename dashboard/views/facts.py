@@ -19,9 +19,11 @@ from django.db import connection
 from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from dashboard.confirm import confirm_first
 from dashboard.forms import (
     CorrectForm,
     DeleteForm,
@@ -371,6 +373,15 @@ def fact_revert(request: HttpRequest, fact_id: str, revision: int) -> HttpRespon
     except CardParseError as exc:
         messages.error(request, f"Revision {revision} cannot be read: {exc.message}")
         return redirect("fact_detail", fact_id=row.id)
+    asked = confirm_first(
+        request,
+        question=f"Revert “{row.content[:120]}” to revision {revision}?",
+        button=f"Revert to revision {revision}",
+        cancel=reverse("fact_detail", args=[row.id]),
+        extra={"diffs": [("content", diff_lines(row.content, target.content))]},
+    )
+    if asked:
+        return asked
     form = OptionalReasonForm(request.POST)
     form.is_valid()
     reason = form.cleaned_data.get("reason") or f"revert to revision {revision}"

@@ -14,8 +14,10 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.forms import PageForm, ProfileSectionForm, UserPick
+from dashboard.confirm import confirm_first
+from dashboard.forms import PageForm, ProfileRevertForm, ProfileSectionForm, UserPick
 from dashboard.helpers import actor_of, audit, diff_lines, page_of
+from dashboard.labels import section_label
 from facts import writer
 from facts.access import CURATE
 from facts.cardfile import Source, now_utc
@@ -142,7 +144,7 @@ def profile_edit(request: HttpRequest) -> HttpResponse:
         messages.error(request, f"Not saved: {exc}")
         return redirect("profiles")
     if updated.revision == data["revision"]:
-        messages.info(request, f"{name}: nothing changed.")
+        messages.info(request, f"{section_label(name)}: nothing changed.")
     else:
         audit(
             request,
@@ -152,5 +154,74 @@ def profile_edit(request: HttpRequest) -> HttpResponse:
             reason=reason,
             revision=updated.revision,
         )
-        messages.success(request, f"{name} saved (profile revision {updated.revision}).")
+        messages.success(request, f"{section_label(name)} saved (profile revision {updated.revision}).")
     return redirect(page + f"#section-{name}")
+
+
+@login_required
+@permission_required(CURATE, raise_exception=True)
+@require_POST
+def profile_revert(request: HttpRequest) -> HttpResponse:
+    """Bring every section's text back to a past version: a new version written through
+    the profile writer (history keeps both), audited, after a confirm step showing the diff."""
+    form = ProfileRevertForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Not reverted: unknown user or version.")
+        return redirect("profiles")
+    data = form.cleaned_data
+    user_id = data["user"]
+    page = reverse("profiles") + "?" + urlencode({"user": user_id})
+    target = ProfileRevision.objects.filter(user_id=user_id, revision=data["revision"]).first()
+    if target is None:
+        messages.error(request, f"Not reverted: {user_id} has no version {data['revision']}.")
+        return redirect(page)
+    old = summaries(target.document)
+    try:
+        current = get_store().read_profile(user_id)
+    except InvalidId as exc:
+        messages.error(request, f"Not reverted: {exc}")
+        return redirect("profiles")
+    now = {name: current.section(name).summary for name in PROFILE_SECTIONS}
+    diffs = [
+        (name, diff_lines(now[name], old.get(name, ""))) for name in PROFILE_SECTIONS if now[name] != old.get(name, "")
+    ]
+    asked = confirm_first(
+        request,
+        question=f"Revert {user_id}'s profile to version {target.revision}?",
+        button=f"Revert to version {target.revision}",
+        cancel=page,
+        extra={"diffs": diffs},
+    )
+    if asked:
+        return asked
+    actor = actor_of(request)
+    reason = data.get("reason") or f"revert to version {target.revision}"
+
+    def change(profile: Profile) -> Profile:
+        for name in PROFILE_SECTIONS:
+            text = old.get(name, "")
+            if profile.section(name).summary != text:
+                source = Source(kind=SourceKind.MANUAL, actor=actor)
+                profile.set_section(name, Section(summary=text, updated_at=now_utc(), source=source))
+        return profile
+
+    try:
+        updated = writer.commit_profile(user_id, change, actor=actor, reason=reason, expected_revision=data["current"])
+    except RevisionConflict:
+        messages.error(request, "Not reverted: the profile changed since you opened it. Look at it again.")
+        return redirect(page)
+    if updated.revision == data["current"]:
+        messages.info(request, f"Nothing to revert: the text is already that of version {target.revision}.")
+        return redirect(page)
+    audit(
+        request,
+        AuditEvent.Action.REVERT,
+        target=f"profile:{user_id}",
+        user_id=user_id,
+        reason=reason,
+        to_revision=target.revision,
+        revision=updated.revision,
+        sections=[name for name, _ in diffs],
+    )
+    messages.success(request, f"Reverted to version {target.revision} (written as revision {updated.revision}).")
+    return redirect(page)

@@ -17,17 +17,30 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from dashboard.forms import ApproveForm, BulkForm, CandidateFilters, DismissForm, day_end, day_start
+from dashboard.forms import (
+    ApproveForm,
+    BulkForm,
+    CandidateFilters,
+    DismissForm,
+    RestoreForm,
+    SelectedForm,
+    day_end,
+    day_start,
+)
 from dashboard.helpers import actor_of, changed, page_of, query_without_page
+from dashboard.labels import REASON_HELP
 from dashboard.views.overview import open_candidates
 from facts.access import CURATE
 from facts.enums import CardStatus
 from facts.errors import LockTimeout, RevisionConflict
 from facts.models import Candidate, FactCard
-from facts.review import apply_candidate, dismiss_candidate
+from facts.review import apply_candidate, dismiss_candidate, restore_candidate
 
 BULK_LIMIT = 500
 PAST = {"approve": "Approved", "dismiss": "Dismissed"}
+# A flash message's extra tag naming the dismissed candidates its Undo restores
+# (read by the `undo_ids` template filter).
+UNDO_TAG = "undo-dismiss:"
 
 
 def with_reason(rows: QuerySet[Candidate], code: str) -> QuerySet[Candidate]:
@@ -78,7 +91,13 @@ def review_queue(request: HttpRequest) -> HttpResponse:
     else:
         page = page_of(request, Candidate.objects.none(), 1)
         query = ""
-    ctx = {"form": form, "page": page, "query": query, "next": request.get_full_path()}
+    ctx = {
+        "form": form,
+        "page": page,
+        "query": query,
+        "next": request.get_full_path(),
+        "reason_help": list(REASON_HELP.items()),
+    }
     if request.htmx and request.htmx.target == "candidate-rows":
         return render(request, "facts/review_queue.html#rows", ctx)
     return render(request, "facts/review_queue.html", ctx)
@@ -176,6 +195,18 @@ def is_reviewable(candidate: Candidate) -> bool:
     )
 
 
+REVIEWABLE = Q(review_state=Candidate.ReviewState.PENDING) | Q(
+    verdict=Candidate.Verdict.REJECTED, review_state=Candidate.ReviewState.NONE
+)
+
+
+def not_reviewable_reason(candidate: Candidate) -> str:
+    """Why approve/dismiss is refused, in the same words as the candidate's badge."""
+    if candidate.review_state == Candidate.ReviewState.NONE:
+        return "The gate accepted this candidate and wrote it already: there is nothing to approve or dismiss."
+    return f"This candidate was already {candidate.review_state} by a reviewer."
+
+
 def back(request: HttpRequest, default: str) -> str:
     target = request.POST.get("next", "")
     if target and url_has_allowed_host_and_scheme(target, {request.get_host()}):
@@ -213,7 +244,7 @@ def candidate_approve(request: HttpRequest, pk: int) -> HttpResponse:
     candidate = candidate_or_404(pk)
     detail = reverse("candidate_detail", args=[pk])
     if not is_reviewable(candidate):
-        messages.error(request, "This candidate was already reviewed.")
+        messages.error(request, not_reviewable_reason(candidate))
         return to_page(request, detail)
     form = ApproveForm(request.POST)
     if not form.is_valid():
@@ -240,13 +271,68 @@ def candidate_dismiss(request: HttpRequest, pk: int) -> HttpResponse:
     candidate = candidate_or_404(pk)
     detail = reverse("candidate_detail", args=[pk])
     if not is_reviewable(candidate):
-        messages.error(request, "This candidate was already reviewed.")
+        messages.error(request, not_reviewable_reason(candidate))
         return to_page(request, detail)
     form = DismissForm(request.POST)
     form.is_valid()
     dismiss_one(request, candidate, form.cleaned_data.get("note", ""))
-    messages.success(request, "Dismissed.")
+    # With htmx the row itself shows Undo; a full page gets it on the flash message.
+    messages.success(request, "Dismissed.", extra_tags=f"{UNDO_TAG}{candidate.pk}")
     return row_response(request, candidate, detail)
+
+
+@login_required
+@permission_required(CURATE, raise_exception=True)
+@require_POST
+def candidates_restore(request: HttpRequest) -> HttpResponse:
+    """Undo dismissals: the candidates wait for review again (each audited as a restore)."""
+    form = RestoreForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Nothing to undo.")
+        return redirect("review_queue")
+    rows = list(Candidate.objects.filter(pk__in=form.cleaned_data["ids"]).select_related("run"))
+    restored = sum(restore_candidate(c, actor=actor_of(request)) for c in rows)
+    skipped = len(form.cleaned_data["ids"]) - restored
+    messages.success(
+        request,
+        f"Dismissal undone: {restored} candidate(s) wait for review again."
+        + (f" {skipped} were no longer dismissed." if skipped else ""),
+    )
+    if request.htmx and len(rows) == 1:
+        return row_response(request, rows[0], reverse("review_queue"))
+    return changed(redirect(back(request, reverse("review_queue"))), "candidatesChanged")
+
+
+@login_required
+@permission_required(CURATE, raise_exception=True)
+@require_POST
+def selected_review(request: HttpRequest) -> HttpResponse:
+    """Approve or dismiss the rows ticked in the queue (only those still open)."""
+    form = SelectedForm(request.POST)
+    queue = back(request, reverse("review_queue"))
+    if not form.is_valid():
+        messages.error(request, "Nothing done: " + " ".join(e for errors in form.errors.values() for e in errors))
+        return redirect(queue)
+    data = form.cleaned_data
+    rows = list(Candidate.objects.filter(REVIEWABLE, pk__in=data["ids"]).select_related("run").order_by("pk"))
+    note = (data.get("note") or "").strip()
+    done: list[int] = []
+    failed = 0
+    for candidate in rows:
+        try:
+            if data["action"] == "approve":
+                approve_one(request, candidate, note, None)
+            else:
+                dismiss_one(request, candidate, note)
+            done.append(candidate.pk)
+        except (ValueError, RevisionConflict, LockTimeout):
+            failed += 1
+    skipped = len(data["ids"]) - len(rows)
+    text = f"{PAST[data['action']]} {len(done)} selected candidate(s)"
+    text += (f"; {failed} failed" if failed else "") + (f"; {skipped} were no longer open" if skipped else "") + "."
+    tag = f"{UNDO_TAG}{','.join(map(str, done))}" if data["action"] == "dismiss" and done else ""
+    messages.success(request, text, extra_tags=tag)
+    return changed(changed(redirect(queue), "candidatesChanged"), "factsChanged")
 
 
 @login_required
@@ -259,10 +345,7 @@ def bulk_review(request: HttpRequest) -> HttpResponse:
         return render(request, "facts/bulk.html", {"form": form, "count": None}, status=400)
     data = form.cleaned_data
     rows = filtered_candidates({**data, "state": data.get("state") or "open"})
-    rows = rows.filter(
-        Q(review_state=Candidate.ReviewState.PENDING)
-        | Q(verdict=Candidate.Verdict.REJECTED, review_state=Candidate.ReviewState.NONE)
-    )
+    rows = rows.filter(REVIEWABLE)
     count = rows.count()
     if request.method != "POST" or not data.get("confirm"):
         sample = list(rows[:10])

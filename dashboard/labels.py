@@ -1,0 +1,37 @@
+"""Words a curator reads in place of the codes the domain stores: profile section names
+and the gate's reason codes. Presentation only; the codes stay what the data holds."""
+
+from __future__ import annotations
+
+from facts import gate
+from facts.enums import PROFILE_SECTIONS
+
+SECTION_LABELS: dict[str, str] = {
+    "workContext": "Work context",
+    "personalContext": "Personal context",
+    "topOfMind": "Top of mind",
+    "cognitiveStyle": "Cognitive style",
+    "recentMonths": "Recent months",
+    "earlierContext": "Earlier context",
+    "longTermBackground": "Long-term background",
+}
+
+# What each gate rule means for the reviewer deciding whether to override it.
+REASON_HELP: dict[str, str] = {
+    gate.SCOPE_THREAD: "Only true inside this conversation: it would not help in the next one.",
+    gate.SCOPE_PROJECT: "About a project, but the turn named no project to keep it in.",
+    gate.TEMPORARY: "Will stop being true soon (a plan for today, a passing state).",
+    gate.TRANSACTIONAL: "An instruction for this run, not a description of the user.",
+    gate.LOW_CONFIDENCE: "The model's confidence is under the threshold (MEMORY_CONFIDENCE_THRESHOLD).",
+    gate.EVIDENCE_MISSING: "The quoted evidence is not in the message it names (or that message is gone).",
+    gate.EVIDENCE_NOT_USER: "The evidence is from the assistant or a tool: only the user's words count.",
+    gate.DUPLICATE: "Says what a live card already says.",
+    gate.INVALID: "The model's proposal was malformed (a missing field, a value out of range).",
+}
+
+assert set(SECTION_LABELS) == set(PROFILE_SECTIONS), "every profile section needs a label"
+assert set(REASON_HELP) == set(gate.REASON_CODES), "every gate reason code needs an explanation"
+
+
+def section_label(name: str) -> str:
+    return SECTION_LABELS.get(name, name)
