@@ -231,6 +231,11 @@ class ExtractionRun(models.Model):
     # The claim of its turns: a running run past its lease was abandoned by its worker.
     claimed_by = models.CharField(max_length=32, blank=True, default="")
     lease_until = models.DateTimeField(null=True, blank=True)
+    # What the gate judged under (facts.backtest replays against these): the moment it
+    # planned, under the buckets' locks, and the settings. Null on runs recorded before.
+    judged_at = models.DateTimeField(null=True, blank=True)
+    threshold = models.FloatField(null=True, blank=True)
+    review_mode = models.CharField(max_length=8, blank=True, default="")
 
     class Meta:
         indexes = [

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 
 from . import writer
 from .cardfile import Card, Source, now_utc
@@ -36,7 +37,7 @@ from .gate import (
     target_bucket,
 )
 from .models import Candidate, ExtractionRun
-from .plan import Plan, new_card
+from .plan import Memory, Plan, new_card
 from .profilefile import Profile, Section
 from .schemas import FactCandidate, Parsed, SummaryCandidate
 from .store import Bucket, Store, get_store
@@ -194,27 +195,56 @@ def apply_runs(
         # user is being erased, or whose run row an erasure already removed (a model
         # call that outlived the whole erasure), writes nothing.
         refuse_runs([run for run, _parsed, _ctx in runs])
+        # Taken under the locks, before planning: every revision committed earlier is
+        # older than this, every later one newer. It is what `facts.backtest` replays
+        # a candidate against, with the settings it was judged under.
+        judged_at = timezone.now()
         plan = Plan(store)
-        judged = [_judge_run(plan, run, parsed, ctx) for run, parsed, ctx in runs]
+        judged = []
+        for run, parsed, ctx in runs:
+            rows, summaries = _judge_run(plan, run, parsed, ctx)
+            # The profile before the cards: should its write fail, no candidate is
+            # recorded yet and the run can be retried as a whole.
+            if summaries:
+                _write_summaries(ctx.user_id, summaries, run, ctx, ctx_at(ctx), store)
+            judged.append(rows)
         rows = [row for run_rows in judged for row in run_rows]
-        plan.commit(
-            actor="extraction",
-            reason=f"run {runs[0][0].pk}" if len(runs) == 1 else "extraction",
-            record=lambda: record(rows) if record is not None else Candidate.objects.bulk_create(rows),
-        )
+
+        def save() -> None:
+            for run, _parsed, ctx in runs:
+                run.judged_at, run.threshold, run.review_mode = judged_at, ctx.threshold, ctx.mode
+                ExtractionRun.objects.filter(pk=run.pk).update(
+                    judged_at=judged_at, threshold=ctx.threshold, review_mode=ctx.mode
+                )
+            record(rows) if record is not None else Candidate.objects.bulk_create(rows)
+
+        plan.commit(actor="extraction", reason=f"run {runs[0][0].pk}" if len(runs) == 1 else "extraction", record=save)
     return judged
 
 
-def _judge_run(plan: Plan, run: ExtractionRun, parsed: Iterable[Parsed], ctx: Context) -> list[Candidate]:
-    """Judge one run's candidates into `plan`; its profile changes are written now."""
-    store = plan.store
-    at = (ctx.now or now_utc()).replace(microsecond=0)
+def judge(run: ExtractionRun, parsed: Iterable[Parsed], ctx: Context, memory: Memory) -> list[Candidate]:
+    """The verdicts `apply_run` would give, judged against `memory`, writing nothing:
+    the Candidate rows are returned unsaved (`facts.backtest`)."""
+    plan = Plan(get_store(), memory)
+    rows, _summaries = _judge_run(plan, run, parsed, ctx)
+    return rows
+
+
+def ctx_at(ctx: Context) -> datetime:
+    return (ctx.now or now_utc()).replace(microsecond=0)
+
+
+def _judge_run(
+    plan: Plan, run: ExtractionRun, parsed: Iterable[Parsed], ctx: Context
+) -> tuple[list[Candidate], list[tuple[Candidate, SummaryCandidate]]]:
+    """Judge one run's candidates into `plan`; returns them and the profile changes to write."""
+    at = ctx_at(ctx)
     auto = ctx.mode != REVIEW_MANUAL
     why = f"run {run.pk}"
     rows: list[Candidate] = []
     applied: list[tuple[Candidate, Card]] = []
     summaries: list[tuple[Candidate, SummaryCandidate]] = []
-    profile = store.read_profile(ctx.user_id)
+    profile = plan.memory.read_profile(ctx.user_id)
     for number, item in enumerate(parsed):
         row = _candidate_row(run, item, ctx)
         rows.append(row)
@@ -285,11 +315,7 @@ def _judge_run(plan: Plan, run: ExtractionRun, parsed: Iterable[Parsed], ctx: Co
         row.review_state = _initial_review_state(accepted, row.reasons, auto)
     for row, card in applied:
         row.fact_id = card.id
-    # The profile before the cards: should its write fail, no candidate is recorded yet
-    # and the run can be retried as a whole.
-    if summaries:
-        _write_summaries(ctx.user_id, summaries, run, ctx, at, store)
-    return rows
+    return rows, summaries
 
 
 def _initial_review_state(accepted: bool, reasons: list[str], auto: bool) -> str:

@@ -1,0 +1,239 @@
+"""Backtest: what the gate would have decided on recorded candidates under other settings.
+
+Each recorded run is judged again by the live gate (`facts.runs.judge`, the code that
+judged it the first time), with its stored filtered conversation and model output,
+against memory as it stood when the run was first judged (`Snapshot`: the card and
+profile revisions older than that moment), and nothing is written. With the settings
+each run was recorded under, every verdict comes out as recorded.
+
+What is recorded, and what older runs lack: since migration 0006 a run stores the
+moment it was judged (`judged_at`, taken under the buckets' locks) and the threshold
+and review mode it was judged under. Older runs are replayed at their first
+candidate's creation (just after planning) with today's threshold and the review mode
+their candidates show; a card deleted since (its revisions gone with it) is missing
+from their snapshot, so a duplicate of it can show as a flip.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Min
+
+from .cardfile import Card, parse_card
+from .errors import CardParseError
+from .models import Candidate, ExtractionRun, FactCard, FactRevision, ProfileRevision
+from .plan import _bucket_filter
+from .profilefile import Profile
+from .runs import REVIEW_AUTO, REVIEW_MANUAL, Context, judge
+from .schemas import Parsed, parse_update
+from .store import Bucket
+
+ACCEPTED, PENDING, REJECTED = "accepted", "pending", "rejected"
+
+
+def outcome(verdict: str, review_state: str) -> str:
+    """Accepted and written at once, accepted and held for a reviewer (manual mode), or
+    rejected. A held candidate stays `pending` here after its review: the gate held it."""
+    if verdict != Candidate.Verdict.ACCEPTED:
+        return REJECTED
+    return ACCEPTED if review_state == Candidate.ReviewState.NONE else PENDING
+
+
+class Snapshot:
+    """Memory as the card and profile revisions say it was just before `at`."""
+
+    def __init__(self, at: datetime, *, exclude_reason: str = "") -> None:
+        self.at = at
+        self.exclude_reason = exclude_reason
+        self.cards: dict[Bucket, dict[str, Card]] = {}
+
+    def _bucket(self, bucket: Bucket) -> dict[str, Card]:
+        cards = self.cards.get(bucket)
+        if cards is None:
+            # Every card the bucket ever had that is still recorded (superseded and
+            # expired ones too: they may have been active then).
+            ids = list(FactCard.objects.filter(**_bucket_filter(bucket)).values_list("id", flat=True))
+            revisions = FactRevision.objects.filter(fact_id__in=ids, created_at__lt=self.at)
+            if self.exclude_reason:
+                revisions = revisions.exclude(reason=self.exclude_reason)
+            latest: dict[str, str] = {}
+            for fact_id, text in revisions.order_by("fact_id", "revision").values_list("fact_id", "text"):
+                latest[fact_id] = text
+            cards = {}
+            for fact_id, text in latest.items():
+                try:
+                    cards[fact_id] = parse_card(text, Path(fact_id))
+                except CardParseError:
+                    continue
+            self.cards[bucket] = cards
+        return cards
+
+    def active(self, bucket: Bucket) -> Iterable[tuple[str, str, str]]:
+        live = [c for c in self._bucket(bucket).values() if c.status == "active"]
+        return [(c.id, c.key, c.content) for c in sorted(live, key=lambda c: (c.created_at, c.id))]
+
+    def read_card(self, bucket: Bucket, fact_id: str) -> Card | None:
+        return self._bucket(bucket).get(fact_id)
+
+    def read_profile(self, user_id: str) -> Profile:
+        revision = ProfileRevision.objects.filter(user_id=user_id, created_at__lt=self.at).order_by("-revision").first()
+        if revision is None:
+            return Profile(user_id=user_id)
+        return Profile.model_validate(revision.document)
+
+
+@dataclass
+class Flip:
+    candidate_id: int
+    run_id: int
+    kind: str
+    key: str
+    content: str
+    before: str
+    after: str
+    reasons_before: list[str]
+    reasons_after: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "candidate_id": self.candidate_id,
+            "run_id": self.run_id,
+            "kind": self.kind,
+            "key": self.key,
+            "content": self.content,
+            "from": self.before,
+            "to": self.after,
+            "reasons_before": self.reasons_before,
+            "reasons_after": self.reasons_after,
+        }
+
+
+@dataclass
+class Report:
+    candidates: int = 0
+    runs: int = 0
+    flips: list[Flip] = field(default_factory=list)
+    # Per reason code: how many candidates would gain it, and lose it.
+    by_reason: dict[str, dict[str, int]] = field(
+        default_factory=lambda: defaultdict(lambda: {"added": 0, "removed": 0})
+    )
+    unreplayable: list[int] = field(default_factory=list)  # run ids
+    inexact: int = 0  # runs recorded before judged_at existed
+    reason_changes: int = 0  # same outcome, other reasons
+
+    def as_dict(self) -> dict[str, Any]:
+        moves = Counter(f"{f.before}->{f.after}" for f in self.flips)
+        return {
+            "candidates": self.candidates,
+            "runs": self.runs,
+            "flips": [f.as_dict() for f in self.flips],
+            "by_reason": {code: dict(v) for code, v in sorted(self.by_reason.items())},
+            "by_change": dict(sorted(moves.items())),
+            "reason_changes": self.reason_changes,
+            "unreplayable_runs": self.unreplayable,
+            "runs_without_recorded_settings": self.inexact,
+        }
+
+
+def recorded_runs(
+    *, since: datetime | None = None, until: datetime | None = None, user: str = "", agent: str = ""
+) -> Iterator[ExtractionRun]:
+    runs = ExtractionRun.objects.filter(status=ExtractionRun.Status.SUCCEEDED, candidates__isnull=False).distinct()
+    if since is not None:
+        runs = runs.filter(started_at__gte=since)
+    if until is not None:
+        runs = runs.filter(started_at__lte=until)
+    if user:
+        runs = runs.filter(user_id=user)
+    if agent:
+        runs = runs.filter(agent_name=agent)
+    yield from runs.order_by("started_at", "pk").iterator(chunk_size=200)
+
+
+def _parsed(run: ExtractionRun, recorded: list[Candidate]) -> list[Parsed]:
+    raw = run.raw_output
+    if raw is None:
+        # A run applied without its output stored: its candidates carry what the model sent.
+        raw = {"facts": [], "summaries": [], "confirmations": []}
+        lists = {"fact": "facts", "summary": "summaries", "confirmation": "confirmations"}
+        for row in recorded:
+            raw[lists[row.kind]].append(row.raw)
+    try:
+        return parse_update(raw)
+    except TypeError:
+        return [Parsed("fact", 0, raw, None, "model output is not a JSON object")]
+
+
+def _recorded_mode(run: ExtractionRun, recorded: list[Candidate]) -> str:
+    if run.review_mode:
+        return run.review_mode
+    accepted = [r for r in recorded if r.verdict == Candidate.Verdict.ACCEPTED]
+    if accepted:
+        return REVIEW_AUTO if accepted[0].review_state == Candidate.ReviewState.NONE else REVIEW_MANUAL
+    return settings.MEMORY_REVIEW_MODE
+
+
+def backtest(
+    *,
+    threshold: float | None = None,
+    review_mode: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    user: str = "",
+    agent: str = "",
+) -> Report:
+    """Replay the recorded runs; `threshold` / `review_mode` None: as each run was judged."""
+    report = Report()
+    for run in recorded_runs(since=since, until=until, user=user, agent=agent):
+        recorded = list(run.candidates.order_by("pk"))
+        at = run.judged_at
+        if at is None:
+            report.inexact += 1
+            at = Candidate.objects.filter(run=run).aggregate(first=Min("created_at"))["first"]
+        ctx = Context(
+            user_id=run.user_id,
+            agent_name=run.agent_name,
+            thread_id=run.thread_id,
+            project_id=run.project_id or None,
+            rows=run.filtered_rows,
+            mode=review_mode or _recorded_mode(run, recorded),
+            threshold=threshold if threshold is not None else _recorded_threshold(run),
+            max_candidates=settings.MEMORY_MAX_CANDIDATES_PER_RUN,
+        )
+        replayed = judge(run, _parsed(run, recorded), ctx, Snapshot(at, exclude_reason=f"run {run.pk}"))
+        if len(replayed) != len(recorded) or any(
+            (a.kind, a.position) != (b.kind, b.position) for a, b in zip(recorded, replayed, strict=False)
+        ):
+            report.unreplayable.append(run.pk)
+            continue
+        report.runs += 1
+        report.candidates += len(recorded)
+        for before, after in zip(recorded, replayed, strict=True):
+            _compare(report, before, after)
+    return report
+
+
+def _recorded_threshold(run: ExtractionRun) -> float:
+    return run.threshold if run.threshold is not None else settings.MEMORY_CONFIDENCE_THRESHOLD
+
+
+def _compare(report: Report, before: Candidate, after: Candidate) -> None:
+    was, now = outcome(before.verdict, before.review_state), outcome(after.verdict, after.review_state)
+    old, new = list(before.reasons or []), list(after.reasons or [])
+    for code in set(new) - set(old):
+        report.by_reason[code]["added"] += 1
+    for code in set(old) - set(new):
+        report.by_reason[code]["removed"] += 1
+    if was == now:
+        report.reason_changes += int(sorted(old) != sorted(new))
+    else:
+        report.flips.append(
+            Flip(before.pk, before.run_id, before.kind, before.key, before.content[:200], was, now, old, new)
+        )
