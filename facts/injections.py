@@ -11,7 +11,9 @@ entries (`facts.erasure.plan`).
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -56,9 +58,11 @@ def _revisions(served: Sequence[Served]) -> dict[tuple[str, datetime], int]:
     out: dict[tuple[str, datetime], int] = {}
     for s in served:
         for fact_id in s.fact_ids:
-            known = [rev for created, rev in history.get(fact_id, []) if created <= s.served_at]
-            if known:
-                out[(fact_id, s.served_at)] = known[-1]
+            versions = history.get(fact_id, [])
+            # Revisions are written in order: the last one not after the serving.
+            n = bisect.bisect_right(versions, (s.served_at, sys.maxsize))
+            if n:
+                out[(fact_id, s.served_at)] = versions[n - 1][1]
     return out
 
 
