@@ -8,6 +8,7 @@ from .views import (
     conflicts,
     export,
     facts,
+    gate,
     index,
     overview,
     people,
@@ -64,4 +65,8 @@ urlpatterns = [
     path("agents/settings/", agents.agent_settings, name="agent_settings"),
     path("agents/keys/", agents.api_key_create, name="api_key_create"),
     path("agents/keys/<int:pk>/revoke/", agents.api_key_revoke, name="api_key_revoke"),
+    path("gate/", gate.gate_overview, name="gate_overview"),
+    path("gate/backtest/", gate.gate_backtest, name="gate_backtest"),
+    path("gate/threshold/", gate.gate_threshold, name="gate_threshold"),
+    path("injections/", gate.injections, name="injections"),
 ]

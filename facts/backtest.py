@@ -26,12 +26,13 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Min
 
+from . import audit
 from .cardfile import Card, parse_card
 from .errors import CardParseError
-from .models import Candidate, ExtractionRun, FactCard, FactRevision, ProfileRevision
+from .models import AuditEvent, Candidate, ExtractionRun, FactCard, FactRevision, GateSettings, ProfileRevision
 from .plan import _bucket_filter
 from .profilefile import Profile
-from .runs import REVIEW_AUTO, REVIEW_MANUAL, Context, judge
+from .runs import REVIEW_AUTO, REVIEW_MANUAL, Context, judge, threshold_in_force
 from .schemas import Parsed, parse_update
 from .store import Bucket
 
@@ -221,7 +222,7 @@ def backtest(
 
 
 def _recorded_threshold(run: ExtractionRun) -> float:
-    return run.threshold if run.threshold is not None else settings.MEMORY_CONFIDENCE_THRESHOLD
+    return run.threshold if run.threshold is not None else threshold_in_force()
 
 
 def _compare(report: Report, before: Candidate, after: Candidate) -> None:
@@ -237,3 +238,21 @@ def _compare(report: Report, before: Candidate, after: Candidate) -> None:
         report.flips.append(
             Flip(before.pk, before.run_id, before.kind, before.key, before.content[:200], was, now, old, new)
         )
+
+
+def apply_threshold(value: float, *, actor: str, reason: str) -> float:
+    """Make `value` the gate's threshold for every run judged from now on (audited);
+    returns the one it replaces."""
+    if not 0 <= value <= 1:
+        raise ValueError("the threshold must be between 0 and 1")
+    before = threshold_in_force()
+    GateSettings.objects.update_or_create(pk=1, defaults={"threshold": value, "updated_by": actor})
+    audit.record(
+        actor,
+        AuditEvent.Action.SETTINGS,
+        target="gate.threshold",
+        reason=reason,
+        threshold_before=before,
+        threshold=value,
+    )
+    return before

@@ -424,3 +424,12 @@ class InjectedFact(models.Model):
             # the fact page: when and where a card was last injected
             models.Index(fields=["fact_id", "injection"], name="injfact_fact"),
         ]
+
+
+class GateSettings(models.Model):
+    """The gate's confidence threshold as an administrator set it from the dashboard
+    (one row; none: MEMORY_CONFIDENCE_THRESHOLD). Every change is audited."""
+
+    threshold = models.FloatField()
+    updated_by = models.CharField(max_length=150)
+    updated_at = models.DateTimeField(auto_now=True)

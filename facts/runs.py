@@ -36,7 +36,7 @@ from .gate import (
     same_content,
     target_bucket,
 )
-from .models import Candidate, ExtractionRun
+from .models import Candidate, ExtractionRun, GateSettings
 from .plan import Memory, Plan, new_card
 from .profilefile import Profile, Section
 from .schemas import FactCandidate, Parsed, SummaryCandidate
@@ -63,12 +63,19 @@ class Context:
     @classmethod
     def from_settings(cls, **kwargs: Any) -> Context:
         kwargs.setdefault("mode", settings.MEMORY_REVIEW_MODE)
-        kwargs.setdefault("threshold", settings.MEMORY_CONFIDENCE_THRESHOLD)
+        if "threshold" not in kwargs:
+            kwargs["threshold"] = threshold_in_force()
         kwargs.setdefault("max_candidates", settings.MEMORY_MAX_CANDIDATES_PER_RUN)
         return cls(**kwargs)
 
     def ids(self) -> dict[str, Any]:
         return {"user_id": self.user_id, "agent_name": self.agent_name, "project_id": self.project_id}
+
+
+def threshold_in_force() -> float:
+    """The threshold an administrator applied from the dashboard, else the setting."""
+    row = GateSettings.objects.filter(pk=1).values_list("threshold", flat=True).first()
+    return row if row is not None else settings.MEMORY_CONFIDENCE_THRESHOLD
 
 
 # --- the Candidate row of what the model sent ----------------------------------------

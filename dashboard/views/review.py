@@ -27,6 +27,7 @@ from facts.models import Candidate, FactCard
 from facts.review import apply_candidate, dismiss_candidate
 
 BULK_LIMIT = 500
+REVIEWED = (Candidate.ReviewState.APPROVED, Candidate.ReviewState.DISMISSED)
 PAST = {"approve": "Approved", "dismiss": "Dismissed"}
 
 
@@ -46,6 +47,8 @@ def filtered_candidates(data: dict[str, Any]) -> QuerySet[Candidate]:
         rows = open_candidates()
     elif state == "all":
         rows = Candidate.objects.all()
+    elif state == "reviewed":
+        rows = Candidate.objects.filter(review_state__in=REVIEWED)
     else:
         rows = Candidate.objects.filter(review_state=state)
     if data.get("verdict"):
