@@ -158,9 +158,12 @@ def recorded_runs(
     yield from runs.order_by("started_at", "pk").iterator(chunk_size=200)
 
 
-def _parsed(run: ExtractionRun, recorded: list[Candidate]) -> list[Parsed]:
+def _parsed(run: ExtractionRun, recorded: list[Candidate]) -> list[Parsed] | None:
+    """What the model sent, as the gate first parsed it; None when it is not recorded."""
     raw = run.raw_output
     if raw is None:
+        if any(row.raw is None for row in recorded):
+            return None
         # A run applied without its output stored: its candidates carry what the model sent.
         raw = {"facts": [], "summaries": [], "confirmations": []}
         lists = {"fact": "facts", "summary": "summaries", "confirmation": "confirmations"}
@@ -208,7 +211,11 @@ def backtest(
             threshold=threshold if threshold is not None else _recorded_threshold(run),
             max_candidates=settings.MEMORY_MAX_CANDIDATES_PER_RUN,
         )
-        replayed = judge(run, _parsed(run, recorded), ctx, Snapshot(at, exclude_reason=f"run {run.pk}"))
+        parsed = _parsed(run, recorded)
+        if parsed is None:
+            report.unreplayable.append(run.pk)
+            continue
+        replayed = judge(run, parsed, ctx, Snapshot(at, exclude_reason=f"run {run.pk}"))
         if len(replayed) != len(recorded) or any(
             (a.kind, a.position) != (b.kind, b.position) for a, b in zip(recorded, replayed, strict=False)
         ):

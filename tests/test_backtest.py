@@ -117,3 +117,11 @@ def test_the_command_prints_the_flips_as_json(store: Store) -> None:
     out = StringIO()
     call_command("backtest", "--threshold", "0.6", "--user", "bob", "--json", stdout=out)
     assert json.loads(out.getvalue())["candidates"] == 0
+
+
+def test_a_run_whose_model_output_was_not_kept_is_listed_not_guessed(store: Store, make_candidate: Any) -> None:
+    history(store)
+    orphan = make_candidate(raw=None)
+    report = backtest(threshold=0.4).as_dict()
+    assert report["unreplayable_runs"] == [orphan.run_id]
+    assert orphan.pk not in [f["candidate_id"] for f in report["flips"]]
