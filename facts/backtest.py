@@ -84,7 +84,11 @@ class Snapshot:
         return self._bucket(bucket).get(fact_id)
 
     def read_profile(self, user_id: str) -> Profile:
-        revision = ProfileRevision.objects.filter(user_id=user_id, created_at__lt=self.at).order_by("-revision").first()
+        revisions = ProfileRevision.objects.filter(user_id=user_id, created_at__lt=self.at)
+        if self.exclude_reason:
+            # A run's profile sections are written before its candidates are recorded.
+            revisions = revisions.exclude(reason=self.exclude_reason)
+        revision = revisions.order_by("-revision").first()
         if revision is None:
             return Profile(user_id=user_id)
         return Profile.model_validate(revision.document)

@@ -86,11 +86,26 @@ def test_it_judges_a_manual_mode_run_as_it_was_recorded(store: Store) -> None:
     assert (flip["candidate_id"], flip["from"], flip["to"]) == (held.pk, "pending", "accepted")
 
 
+WORK = {
+    "section": "workContext",
+    "summary": "用户主要做 Python 后端开发。",
+    "scope": "user",
+    "authority": "descriptive",
+    "evidence_message_id": "u1",
+    "evidence_text": "我主要做 Python 后端开发",
+}
+
+
 def test_it_replays_runs_recorded_before_their_settings_were(store: Store) -> None:
     history(store)
+    [summary] = record({"summaries": [WORK]})
+    [again] = record({"summaries": [WORK]})
+    assert (summary.verdict, again.reasons) == ("accepted", ["duplicate"])
     ExtractionRun.objects.update(judged_at=None, threshold=None, review_mode="")
     report = backtest().as_dict()
-    assert report["flips"] == [] and report["runs_without_recorded_settings"] == 3
+    # Each run is judged without its own card and profile writes, with those before it.
+    assert report["flips"] == [] and report["reason_changes"] == 0
+    assert report["runs_without_recorded_settings"] == 5
 
 
 def test_a_backtest_writes_nothing(store: Store, memory_root: Path) -> None:
