@@ -116,3 +116,32 @@ def test_erasing_a_user_deletes_their_log(cards: list[Any], make_card: Any) -> N
     )
     injections.write([stale])
     assert not Injection.objects.filter(user_id="alice").exists()
+
+
+@pytest.mark.django_db(transaction=True)  # MCP's tools run in another thread
+def test_every_door_records_what_it_served(cards: list[Any]) -> None:
+    """The JSON API, MCP and the in-process client all go through api_service."""
+    from django.test import Client as HttpClient
+
+    from memoryadmin.client import LocalMemory
+    from memoryadmin.memory_protocol import MemoryContext
+    from memoryadmin.models import ApiKey
+    from tests.test_mcp import ALICE, call, in_process
+
+    _key, raw = ApiKey.issue("door test")
+    agent = HttpClient(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert agent.get("/api/v1/context", {"user_id": "alice", "agent_name": "coder"}).status_code == 200
+    assert agent.get("/api/v1/search", {"user_id": "alice", "agent_name": "coder", "q": "Docker"}).status_code == 200
+    call(in_process(ALICE), "memory_context", {})
+    LocalMemory().context(MemoryContext(user_id="alice", agent_name="coder"))
+    doors = list(Injection.objects.order_by("pk").values_list("door", "kind"))
+    assert doors == [("api", "context"), ("api", "search"), ("mcp", "context"), ("local", "context")]
+
+
+def test_the_worker_sweep_prunes_the_log(cards: list[Any]) -> None:
+    from facts.management.commands.db_worker import sweep
+
+    api_service.serve_context(Scope("alice", "coder"))
+    Injection.objects.update(served_at=timezone.now() - timedelta(days=400))
+    sweep()
+    assert not Injection.objects.exists()
