@@ -47,32 +47,80 @@ def outcome(verdict: str, review_state: str) -> str:
     return ACCEPTED if review_state == Candidate.ReviewState.NONE else PENDING
 
 
-class Snapshot:
-    """Memory as the card and profile revisions say it was just before `at`."""
+@dataclass
+class _Version:
+    fact_id: str
+    revision: int
+    created_at: datetime
+    reason: str
+    text: str
 
-    def __init__(self, at: datetime, *, exclude_reason: str = "") -> None:
+
+class History:
+    """The card and profile revisions of the buckets a backtest touches, read once per
+    bucket and user (a backtest replays many runs of the same few buckets)."""
+
+    def __init__(self) -> None:
+        self.buckets: dict[Bucket, list[_Version]] = {}
+        self.profiles: dict[str, list[tuple[datetime, str, int, dict[str, Any]]]] = {}
+        self.parsed: dict[tuple[str, int], Card | None] = {}
+
+    def versions(self, bucket: Bucket) -> list[_Version]:
+        versions = self.buckets.get(bucket)
+        if versions is None:
+            # Every card the bucket ever had that is still recorded (superseded and
+            # expired ones too: they may have been active then).
+            ids = FactCard.objects.filter(**_bucket_filter(bucket)).values("id")
+            rows = FactRevision.objects.filter(fact_id__in=ids).order_by("fact_id", "revision")
+            versions = [
+                _Version(*row) for row in rows.values_list("fact_id", "revision", "created_at", "reason", "text")
+            ]
+            self.buckets[bucket] = versions
+        return versions
+
+    def card(self, version: _Version) -> Card | None:
+        key = (version.fact_id, version.revision)
+        if key not in self.parsed:
+            try:
+                self.parsed[key] = parse_card(version.text, Path(version.fact_id))
+            except CardParseError:
+                self.parsed[key] = None
+        return self.parsed[key]
+
+    def profile_versions(self, user_id: str) -> list[tuple[datetime, str, int, dict[str, Any]]]:
+        versions = self.profiles.get(user_id)
+        if versions is None:
+            rows = ProfileRevision.objects.filter(user_id=user_id).order_by("revision")
+            versions = list(rows.values_list("created_at", "reason", "revision", "document"))
+            self.profiles[user_id] = versions
+        return versions
+
+
+class Snapshot:
+    """Memory as the card and profile revisions say it was just before `at`; the
+    revisions written for `exclude_reason` (the replayed run's own) left out."""
+
+    def __init__(self, at: datetime, *, exclude_reason: str = "", history: History | None = None) -> None:
         self.at = at
         self.exclude_reason = exclude_reason
+        self.history = history or History()
         self.cards: dict[Bucket, dict[str, Card]] = {}
+
+    def _seen(self, created_at: datetime, reason: str) -> bool:
+        return created_at < self.at and not (self.exclude_reason and reason == self.exclude_reason)
 
     def _bucket(self, bucket: Bucket) -> dict[str, Card]:
         cards = self.cards.get(bucket)
         if cards is None:
-            # Every card the bucket ever had that is still recorded (superseded and
-            # expired ones too: they may have been active then).
-            ids = list(FactCard.objects.filter(**_bucket_filter(bucket)).values_list("id", flat=True))
-            revisions = FactRevision.objects.filter(fact_id__in=ids, created_at__lt=self.at)
-            if self.exclude_reason:
-                revisions = revisions.exclude(reason=self.exclude_reason)
-            latest: dict[str, str] = {}
-            for fact_id, text in revisions.order_by("fact_id", "revision").values_list("fact_id", "text"):
-                latest[fact_id] = text
+            latest: dict[str, _Version] = {}
+            for version in self.history.versions(bucket):  # ordered by id, revision
+                if self._seen(version.created_at, version.reason):
+                    latest[version.fact_id] = version
             cards = {}
-            for fact_id, text in latest.items():
-                try:
-                    cards[fact_id] = parse_card(text, Path(fact_id))
-                except CardParseError:
-                    continue
+            for fact_id, version in latest.items():
+                card = self.history.card(version)
+                if card is not None:
+                    cards[fact_id] = card
             self.cards[bucket] = cards
         return cards
 
@@ -84,14 +132,12 @@ class Snapshot:
         return self._bucket(bucket).get(fact_id)
 
     def read_profile(self, user_id: str) -> Profile:
-        revisions = ProfileRevision.objects.filter(user_id=user_id, created_at__lt=self.at)
-        if self.exclude_reason:
-            # A run's profile sections are written before its candidates are recorded.
-            revisions = revisions.exclude(reason=self.exclude_reason)
-        revision = revisions.order_by("-revision").first()
-        if revision is None:
-            return Profile(user_id=user_id)
-        return Profile.model_validate(revision.document)
+        # A run's profile sections are written before its candidates are recorded:
+        # the exclusion keeps an older run's own write out of its snapshot.
+        seen = [
+            doc for created, reason, _rev, doc in self.history.profile_versions(user_id) if self._seen(created, reason)
+        ]
+        return Profile.model_validate(seen[-1]) if seen else Profile(user_id=user_id)
 
 
 @dataclass
@@ -148,8 +194,14 @@ class Report:
 
 
 def recorded_runs(
-    *, since: datetime | None = None, until: datetime | None = None, user: str = "", agent: str = ""
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    user: str = "",
+    agent: str = "",
+    max_runs: int | None = None,
 ) -> Iterator[ExtractionRun]:
+    """Succeeded runs with candidates, oldest first; with `max_runs`, the latest ones."""
     runs = ExtractionRun.objects.filter(status=ExtractionRun.Status.SUCCEEDED, candidates__isnull=False).distinct()
     if since is not None:
         runs = runs.filter(started_at__gte=since)
@@ -159,6 +211,9 @@ def recorded_runs(
         runs = runs.filter(user_id=user)
     if agent:
         runs = runs.filter(agent_name=agent)
+    if max_runs is not None:
+        latest = list(runs.order_by("-started_at", "-pk").values_list("pk", flat=True)[:max_runs])
+        runs = ExtractionRun.objects.filter(pk__in=latest)
     yield from runs.order_by("started_at", "pk").iterator(chunk_size=200)
 
 
@@ -196,10 +251,13 @@ def backtest(
     until: datetime | None = None,
     user: str = "",
     agent: str = "",
+    max_runs: int | None = None,
 ) -> Report:
-    """Replay the recorded runs; `threshold` / `review_mode` None: as each run was judged."""
+    """Replay the recorded runs (the latest `max_runs` of them); `threshold` /
+    `review_mode` None: as each run was judged."""
     report = Report()
-    for run in recorded_runs(since=since, until=until, user=user, agent=agent):
+    history = History()
+    for run in recorded_runs(since=since, until=until, user=user, agent=agent, max_runs=max_runs):
         recorded = list(run.candidates.order_by("pk"))
         at = run.judged_at
         if at is None:
@@ -219,7 +277,7 @@ def backtest(
         if parsed is None:
             report.unreplayable.append(run.pk)
             continue
-        replayed = judge(run, parsed, ctx, Snapshot(at, exclude_reason=f"run {run.pk}"))
+        replayed = judge(run, parsed, ctx, Snapshot(at, exclude_reason=f"run {run.pk}", history=history))
         if len(replayed) != len(recorded) or any(
             (a.kind, a.position) != (b.kind, b.position) for a, b in zip(recorded, replayed, strict=False)
         ):

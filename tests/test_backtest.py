@@ -140,3 +140,9 @@ def test_a_run_whose_model_output_was_not_kept_is_listed_not_guessed(store: Stor
     report = backtest(threshold=0.4).as_dict()
     assert report["unreplayable_runs"] == [orphan.run_id]
     assert orphan.pk not in [f["candidate_id"] for f in report["flips"]]
+
+
+def test_it_can_stop_at_the_latest_runs(store: Store) -> None:
+    _, _, guess = history(store)
+    report = backtest(threshold=0.6, max_runs=1).as_dict()
+    assert report["runs"] == 1 and [f["candidate_id"] for f in report["flips"]] == [guess.pk]

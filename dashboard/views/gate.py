@@ -30,6 +30,10 @@ from facts.injections import seen_at
 from facts.models import Candidate, GateSettings, Injection
 from facts.runs import threshold_in_force
 
+# A backtest replays about 1,000 runs a second: the page stops at the latest ones
+# (`manage.py backtest` has no limit).
+PAGE_MAX_RUNS = 3000
+
 APPROVED, DISMISSED, PENDING = (
     Candidate.ReviewState.APPROVED,
     Candidate.ReviewState.DISMISSED,
@@ -139,10 +143,13 @@ def gate_backtest(request: HttpRequest) -> HttpResponse:
             until=day_end(data.get("until")),
             user=data.get("user", ""),
             agent=data.get("agent", ""),
+            max_runs=PAGE_MAX_RUNS,
         ).as_dict()
     ctx = {
         "form": form,
         "report": report,
+        "max_runs": PAGE_MAX_RUNS,
+        "capped": report is not None and report["runs"] + len(report["unreplayable_runs"]) >= PAGE_MAX_RUNS,
         "threshold": threshold_in_force(),
         "threshold_form": ThresholdForm(
             initial={"threshold": form.cleaned_data.get("threshold")} if form.is_valid() else {}
