@@ -145,3 +145,18 @@ def test_the_worker_sweep_prunes_the_log(cards: list[Any]) -> None:
     Injection.objects.update(served_at=timezone.now() - timedelta(days=400))
     sweep()
     assert not Injection.objects.exists()
+
+
+def test_forgetting_a_thread_removes_its_cards_from_the_log(make_card: Any, store: Any) -> None:
+    from facts.cardfile import Source
+    from facts.erasure.plan import plan
+
+    from_thread = save_card(make_card(content="Said in t-9.", source=Source(kind="manual", thread_id="t-9")), actor="t")
+    other = save_card(make_card(content="Said elsewhere."), actor="t")
+    api_service.serve_context(Scope("alice", "coder"))
+    scope = ErasureScope.of("alice", "coder", thread_id="t-9")
+    listed = plan(scope).items()
+    assert listed["injection_log_entries"] == [] and len(listed["injection_log_cards"]) == 1
+    erase(scope, actor="t")
+    entry = Injection.objects.get()
+    assert list(entry.facts.values_list("fact_id", flat=True)) == [other.id] != [from_thread.id]
