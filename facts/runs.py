@@ -209,21 +209,29 @@ def apply_runs(
         plan = Plan(store)
         judged = []
         for run, parsed, ctx in runs:
-            rows, summaries = _judge_run(plan, run, parsed, ctx)
+            at = ctx_at(ctx)
+            rows, summaries = _judge_run(plan, run, parsed, ctx, at)
             # The profile before the cards: should its write fail, no candidate is
             # recorded yet and the run can be retried as a whole.
             if summaries:
-                _write_summaries(ctx.user_id, summaries, run, ctx, ctx_at(ctx), store)
+                _write_summaries(ctx.user_id, summaries, run, ctx, at, store)
             judged.append(rows)
         rows = [row for run_rows in judged for row in run_rows]
 
         def save() -> None:
+            # One UPDATE per setting judged under (one, unless the settings differ).
+            settings_of: dict[tuple[float, str], list[int]] = {}
             for run, _parsed, ctx in runs:
                 run.judged_at, run.threshold, run.review_mode = judged_at, ctx.threshold, ctx.mode
-                ExtractionRun.objects.filter(pk=run.pk).update(
-                    judged_at=judged_at, threshold=ctx.threshold, review_mode=ctx.mode
+                settings_of.setdefault((ctx.threshold, ctx.mode), []).append(run.pk)
+            for (threshold, mode), pks in settings_of.items():
+                ExtractionRun.objects.filter(pk__in=pks).update(
+                    judged_at=judged_at, threshold=threshold, review_mode=mode
                 )
-            record(rows) if record is not None else Candidate.objects.bulk_create(rows)
+            if record is not None:
+                record(rows)
+            else:
+                Candidate.objects.bulk_create(rows)
 
         plan.commit(actor="extraction", reason=f"run {runs[0][0].pk}" if len(runs) == 1 else "extraction", record=save)
     return judged
@@ -233,7 +241,7 @@ def judge(run: ExtractionRun, parsed: Iterable[Parsed], ctx: Context, memory: Me
     """The verdicts `apply_run` would give, judged against `memory`, writing nothing:
     the Candidate rows are returned unsaved (`facts.backtest`)."""
     plan = Plan(get_store(), memory)
-    rows, _summaries = _judge_run(plan, run, parsed, ctx)
+    rows, _summaries = _judge_run(plan, run, parsed, ctx, ctx_at(ctx))
     return rows
 
 
@@ -242,10 +250,10 @@ def ctx_at(ctx: Context) -> datetime:
 
 
 def _judge_run(
-    plan: Plan, run: ExtractionRun, parsed: Iterable[Parsed], ctx: Context
+    plan: Plan, run: ExtractionRun, parsed: Iterable[Parsed], ctx: Context, at: datetime
 ) -> tuple[list[Candidate], list[tuple[Candidate, SummaryCandidate]]]:
-    """Judge one run's candidates into `plan`; returns them and the profile changes to write."""
-    at = ctx_at(ctx)
+    """Judge one run's candidates into `plan`; returns them and the profile changes to
+    write (stamped `at`, like its cards)."""
     auto = ctx.mode != REVIEW_MANUAL
     why = f"run {run.pk}"
     rows: list[Candidate] = []
