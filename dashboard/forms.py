@@ -162,7 +162,12 @@ class CandidateFilters(ScopeFilters):
     reason = forms.ChoiceField(required=False, choices=ANY + [(c, c) for c in REASON_CODES])
     state = forms.ChoiceField(
         required=False,
-        choices=[("open", "open (to review)"), *Candidate.ReviewState.choices, ("all", "all")],
+        choices=[
+            ("open", "open (to review)"),
+            *Candidate.ReviewState.choices,
+            ("reviewed", "reviewed (approved or dismissed)"),
+            ("all", "all"),
+        ],
     )
     kind = forms.ChoiceField(required=False, choices=ANY + list(Candidate.Kind.choices))
     category = forms.ChoiceField(required=False, choices=ANY + choices(Category))
@@ -482,3 +487,47 @@ class ProfileRevertForm(forms.Form):
 
     def clean_user(self) -> str:
         return self.cleaned_data["user"].strip()
+
+
+# --- gate analytics (dashboard/views/gate.py) ------------------------------------
+
+
+class AgreementFilters(ScopeFilters):
+    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+
+
+class BacktestForm(AgreementFilters):
+    threshold = forms.FloatField(
+        required=False, min_value=0, max_value=1, widget=forms.NumberInput(attrs={"step": "0.05"})
+    )
+    review_mode = forms.ChoiceField(
+        required=False, choices=[("", "as recorded"), ("auto", "auto"), ("manual", "manual")], label="Review mode"
+    )
+
+    @property
+    def changes_something(self) -> bool:
+        data = self.cleaned_data
+        return data.get("threshold") is not None or bool(data.get("review_mode"))
+
+
+class ThresholdForm(forms.Form):
+    threshold = forms.FloatField(min_value=0, max_value=1)
+    reason = forms.CharField(
+        max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), label="Why (kept in the audit log)"
+    )
+
+
+class InjectionsForm(ScopeFilters):
+    at = forms.DateTimeField(
+        required=False,
+        label="At (UTC)",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M:%S"),
+        input_formats=["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d"],
+    )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if not data.get("user"):
+            self.add_error("user", "Give the user whose agent you want to look at.")
+        return data

@@ -10,6 +10,7 @@ from .views import (
     export,
     facts,
     favicon,
+    gate,
     index,
     overview,
     people,
@@ -96,4 +97,8 @@ urlpatterns = [
     path("review/restore/", review.candidates_restore, name="candidates_restore"),
     path("profiles/revert/", profiles.profile_revert, name="profile_revert"),
     path("favicon.ico", favicon.favicon),  # public, before login (unnamed: not a page)
+    path("gate/", gate.gate_overview, name="gate_overview"),
+    path("gate/backtest/", gate.gate_backtest, name="gate_backtest"),
+    path("gate/threshold/", gate.gate_threshold, name="gate_threshold"),
+    path("injections/", gate.injections, name="injections"),
 ]

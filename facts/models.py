@@ -231,6 +231,11 @@ class ExtractionRun(models.Model):
     # The claim of its turns: a running run past its lease was abandoned by its worker.
     claimed_by = models.CharField(max_length=32, blank=True, default="")
     lease_until = models.DateTimeField(null=True, blank=True)
+    # What the gate judged under (facts.backtest replays against these): the moment it
+    # planned, under the buckets' locks, and the settings. Null on runs recorded before.
+    judged_at = models.DateTimeField(null=True, blank=True)
+    threshold = models.FloatField(null=True, blank=True)
+    review_mode = models.CharField(max_length=8, blank=True, default="")
 
     class Meta:
         indexes = [
@@ -376,3 +381,57 @@ class Erasure(models.Model):
 
     def __str__(self) -> str:
         return f"erasure {self.pk} of {self.user_id} ({self.status})"
+
+
+class Injection(models.Model):
+    """One context block or search answer served to an agent (`facts.injections`).
+
+    Compact on purpose: ids, revisions, a token count and the SHA-256 of the text, never
+    the text; what the agent read is rebuilt from the card revisions. Pruned after
+    MEMORY_INJECTION_LOG_DAYS by the worker."""
+
+    class Kind(models.TextChoices):
+        CONTEXT = "context"
+        SEARCH = "search"
+
+    served_at = models.DateTimeField()
+    user_id = models.CharField(max_length=200)
+    agent_name = models.CharField(max_length=64, blank=True, default="")
+    project_id = models.CharField(max_length=200, blank=True, default="")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    mode = models.CharField(max_length=8, blank=True, default="", help_text="context mode: auto | tool")
+    door = models.CharField(max_length=8, blank=True, default="", help_text="api | mcp | local")
+    tokens = models.PositiveIntegerField(default=0)
+    text_sha256 = models.CharField(max_length=64)
+
+    class Meta:
+        indexes = [
+            # "what the agent saw at T": the latest of one user (× agent) before T
+            models.Index(fields=["user_id", "agent_name", "-served_at"], name="inj_user_time"),
+            # the worker's retention prune
+            models.Index(fields=["served_at"], name="inj_served"),
+        ]
+
+
+class InjectedFact(models.Model):
+    """A card (at a revision) that one injection contained."""
+
+    injection = models.ForeignKey(Injection, on_delete=models.CASCADE, related_name="facts")
+    fact_id = models.CharField(max_length=17)
+    revision = models.PositiveIntegerField(null=True, blank=True)
+    position = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        indexes = [
+            # the fact page: when and where a card was last injected
+            models.Index(fields=["fact_id", "injection"], name="injfact_fact"),
+        ]
+
+
+class GateSettings(models.Model):
+    """The gate's confidence threshold as an administrator set it from the dashboard
+    (one row; none: MEMORY_CONFIDENCE_THRESHOLD). Every change is audited."""
+
+    threshold = models.FloatField()
+    updated_by = models.CharField(max_length=150)
+    updated_at = models.DateTimeField(auto_now=True)

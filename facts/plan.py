@@ -10,9 +10,10 @@ Callers hold the buckets' locks (`Store.lock`) from planning to commit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Protocol
 
 from . import writer
 from .cardfile import Card, Source
@@ -20,6 +21,7 @@ from .enums import CardStatus, Category
 from .gate import content_key
 from .ids import new_fact_id
 from .models import FactCard
+from .profilefile import Profile
 from .schemas import Confirmation
 from .store import Bucket, Store
 
@@ -55,11 +57,42 @@ class Live:
         return self.contents.get(content_key(content))
 
 
+class Memory(Protocol):
+    """What the gate reads of memory: the live one (`LiveMemory`), or memory as it stood
+    at some past moment (`facts.backtest` replays old candidates against that)."""
+
+    def active(self, bucket: Bucket) -> Iterable[tuple[str, str, str]]:
+        """(id, key, content) of the bucket's active cards, oldest first."""
+        ...
+
+    def read_card(self, bucket: Bucket, fact_id: str) -> Card | None: ...
+
+    def read_profile(self, user_id: str) -> Profile: ...
+
+
+class LiveMemory:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def active(self, bucket: Bucket) -> Iterable[tuple[str, str, str]]:
+        # The mirror is updated under the same lock as the files, so it is current;
+        # only the cards that change are read from their files.
+        query = FactCard.objects.filter(status=CardStatus.ACTIVE, **_bucket_filter(bucket))
+        return query.order_by("created_at").values_list("id", "key", "content")
+
+    def read_card(self, bucket: Bucket, fact_id: str) -> Card | None:
+        return self.store.read_card(bucket, fact_id)
+
+    def read_profile(self, user_id: str) -> Profile:
+        return self.store.read_profile(user_id)
+
+
 class Plan:
     """Card writes collected for one `writer.commit`, one final state per card id."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, memory: Memory | None = None) -> None:
         self.store = store
+        self.memory: Memory = memory or LiveMemory(store)
         self.live: dict[Bucket, Live] = {}
         self.ops: dict[str, writer.Put] = {}
 
@@ -67,10 +100,7 @@ class Plan:
         live = self.live.get(bucket)
         if live is None:
             live = Live()
-            # The mirror is updated under the same lock as the files, so it is current;
-            # only the cards that change are read from their files.
-            query = FactCard.objects.filter(status=CardStatus.ACTIVE, **_bucket_filter(bucket))
-            for fact_id, key, content in query.order_by("created_at").values_list("id", "key", "content"):
+            for fact_id, key, content in self.memory.active(bucket):
                 live.add(fact_id, key, content)
             self.live[bucket] = live
         return live
@@ -80,7 +110,7 @@ class Plan:
         pending = self.ops.get(fact_id)
         if pending is not None:
             return pending.card
-        card = self.store.read_card(bucket, fact_id)
+        card = self.memory.read_card(bucket, fact_id)
         return card if card is not None and card.status == CardStatus.ACTIVE else None
 
     def put(self, card: Card, expected: int | None, reason: str = "") -> None:

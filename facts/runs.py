@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 
 from . import writer
 from .cardfile import Card, Source, now_utc
@@ -35,8 +36,8 @@ from .gate import (
     same_content,
     target_bucket,
 )
-from .models import Candidate, ExtractionRun
-from .plan import Plan, new_card
+from .models import Candidate, ExtractionRun, GateSettings
+from .plan import Memory, Plan, new_card
 from .profilefile import Profile, Section
 from .schemas import FactCandidate, Parsed, SummaryCandidate
 from .store import Bucket, Store, get_store
@@ -62,12 +63,19 @@ class Context:
     @classmethod
     def from_settings(cls, **kwargs: Any) -> Context:
         kwargs.setdefault("mode", settings.MEMORY_REVIEW_MODE)
-        kwargs.setdefault("threshold", settings.MEMORY_CONFIDENCE_THRESHOLD)
+        if "threshold" not in kwargs:
+            kwargs["threshold"] = threshold_in_force()
         kwargs.setdefault("max_candidates", settings.MEMORY_MAX_CANDIDATES_PER_RUN)
         return cls(**kwargs)
 
     def ids(self) -> dict[str, Any]:
         return {"user_id": self.user_id, "agent_name": self.agent_name, "project_id": self.project_id}
+
+
+def threshold_in_force() -> float:
+    """The threshold an administrator applied from the dashboard, else the setting."""
+    row = GateSettings.objects.filter(pk=1).values_list("threshold", flat=True).first()
+    return row if row is not None else settings.MEMORY_CONFIDENCE_THRESHOLD
 
 
 # --- the Candidate row of what the model sent ----------------------------------------
@@ -194,27 +202,64 @@ def apply_runs(
         # user is being erased, or whose run row an erasure already removed (a model
         # call that outlived the whole erasure), writes nothing.
         refuse_runs([run for run, _parsed, _ctx in runs])
+        # Taken under the locks, before planning: every revision committed earlier is
+        # older than this, every later one newer. It is what `facts.backtest` replays
+        # a candidate against, with the settings it was judged under.
+        judged_at = timezone.now()
         plan = Plan(store)
-        judged = [_judge_run(plan, run, parsed, ctx) for run, parsed, ctx in runs]
+        judged = []
+        for run, parsed, ctx in runs:
+            at = ctx_at(ctx)
+            rows, summaries = _judge_run(plan, run, parsed, ctx, at)
+            # The profile before the cards: should its write fail, no candidate is
+            # recorded yet and the run can be retried as a whole.
+            if summaries:
+                _write_summaries(ctx.user_id, summaries, run, ctx, at, store)
+            judged.append(rows)
         rows = [row for run_rows in judged for row in run_rows]
-        plan.commit(
-            actor="extraction",
-            reason=f"run {runs[0][0].pk}" if len(runs) == 1 else "extraction",
-            record=lambda: record(rows) if record is not None else Candidate.objects.bulk_create(rows),
-        )
+
+        def save() -> None:
+            # One UPDATE per setting judged under (one, unless the settings differ).
+            settings_of: dict[tuple[float, str], list[int]] = {}
+            for run, _parsed, ctx in runs:
+                run.judged_at, run.threshold, run.review_mode = judged_at, ctx.threshold, ctx.mode
+                settings_of.setdefault((ctx.threshold, ctx.mode), []).append(run.pk)
+            for (threshold, mode), pks in settings_of.items():
+                ExtractionRun.objects.filter(pk__in=pks).update(
+                    judged_at=judged_at, threshold=threshold, review_mode=mode
+                )
+            if record is not None:
+                record(rows)
+            else:
+                Candidate.objects.bulk_create(rows)
+
+        plan.commit(actor="extraction", reason=f"run {runs[0][0].pk}" if len(runs) == 1 else "extraction", record=save)
     return judged
 
 
-def _judge_run(plan: Plan, run: ExtractionRun, parsed: Iterable[Parsed], ctx: Context) -> list[Candidate]:
-    """Judge one run's candidates into `plan`; its profile changes are written now."""
-    store = plan.store
-    at = (ctx.now or now_utc()).replace(microsecond=0)
+def judge(run: ExtractionRun, parsed: Iterable[Parsed], ctx: Context, memory: Memory) -> list[Candidate]:
+    """The verdicts `apply_run` would give, judged against `memory`, writing nothing:
+    the Candidate rows are returned unsaved (`facts.backtest`)."""
+    plan = Plan(get_store(), memory)
+    rows, _summaries = _judge_run(plan, run, parsed, ctx, ctx_at(ctx))
+    return rows
+
+
+def ctx_at(ctx: Context) -> datetime:
+    return (ctx.now or now_utc()).replace(microsecond=0)
+
+
+def _judge_run(
+    plan: Plan, run: ExtractionRun, parsed: Iterable[Parsed], ctx: Context, at: datetime
+) -> tuple[list[Candidate], list[tuple[Candidate, SummaryCandidate]]]:
+    """Judge one run's candidates into `plan`; returns them and the profile changes to
+    write (stamped `at`, like its cards)."""
     auto = ctx.mode != REVIEW_MANUAL
     why = f"run {run.pk}"
     rows: list[Candidate] = []
     applied: list[tuple[Candidate, Card]] = []
     summaries: list[tuple[Candidate, SummaryCandidate]] = []
-    profile = store.read_profile(ctx.user_id)
+    profile = plan.memory.read_profile(ctx.user_id)
     for number, item in enumerate(parsed):
         row = _candidate_row(run, item, ctx)
         rows.append(row)
@@ -285,11 +330,7 @@ def _judge_run(plan: Plan, run: ExtractionRun, parsed: Iterable[Parsed], ctx: Co
         row.review_state = _initial_review_state(accepted, row.reasons, auto)
     for row, card in applied:
         row.fact_id = card.id
-    # The profile before the cards: should its write fail, no candidate is recorded yet
-    # and the run can be retried as a whole.
-    if summaries:
-        _write_summaries(ctx.user_id, summaries, run, ctx, at, store)
-    return rows
+    return rows, summaries
 
 
 def _initial_review_state(accepted: bool, reasons: list[str], auto: bool) -> str:

@@ -25,16 +25,18 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from facts import audit, writer
+from facts import audit, injections, writer
 from facts.cardfile import now_utc
 from facts.enums import CardStatus
 from facts.errors import InvalidId
 from facts.ids import check_fact_id, normalize_agent
-from facts.models import AuditEvent, Candidate, FactCard, FactUsage, Turn
+from facts.injections import Served
+from facts.models import AuditEvent, Candidate, FactCard, FactUsage, Injection, Turn
 from facts.queue import queue_turn
 from facts.turns import CleanTurn
 from retrieval.render import render_context
 from retrieval.search import memory_search_json
+from retrieval.tokens import count_tokens
 
 log = logging.getLogger(__name__)
 
@@ -94,23 +96,29 @@ def _writer_slot() -> Iterator[None]:
 # --- read: context and search ------------------------------------------------------
 
 
-def serve_context(scope: Scope, *, mode: str = "auto", now: datetime | None = None) -> dict[str, Any]:
+def serve_context(
+    scope: Scope, *, mode: str = "auto", now: datetime | None = None, door: str = "api"
+) -> dict[str, Any]:
     """The memory block an agent is shown, rendered now (never cached per thread)."""
     rendered = render_context(
         user_id=scope.user_id, agent_name=scope.agent_name, project_id=scope.project_id, mode=mode, now=now
     )
     body = rendered.as_dict()
-    count_usage("injected", body.get("included") or [])
+    included = body.get("included") or []
+    count_usage("injected", included)
+    log_injection(scope, Injection.Kind.CONTEXT, included, rendered.text, door=door, mode=mode, tokens=rendered.tokens)
     return body
 
 
-def serve_search(scope: Scope, query: str, *, limit: int = 5) -> list[dict[str, Any]]:
+def serve_search(scope: Scope, query: str, *, limit: int = 5, door: str = "api") -> list[dict[str, Any]]:
     """The memory_search results exactly as the tool shows them (clamped, token-capped)."""
     text = memory_search_json(
         query, user_id=scope.user_id, agent_name=scope.agent_name, project_id=scope.project_id, limit=limit
     )
     results = json.loads(text)
-    count_usage("searched", [row["id"] for row in results if isinstance(row, dict) and row.get("id")])
+    ids = [row["id"] for row in results if isinstance(row, dict) and row.get("id")]
+    count_usage("searched", ids)
+    log_injection(scope, Injection.Kind.SEARCH, ids, text, door=door)
     return results
 
 
@@ -128,6 +136,7 @@ def search_tool_text(results: Sequence[dict[str, Any]]) -> str:
 
 _buffer: dict[str, Counter[str]] = {"injected": Counter(), "searched": Counter()}
 _buffer_lock = threading.Lock()
+_served: list[Served] = []
 _flusher: threading.Thread | None = None
 _wake = threading.Event()
 
@@ -180,12 +189,44 @@ def write_usage(kind: str, counts: Counter[str], *, at: datetime | None = None) 
         cursor.execute(sql, params)
 
 
+def log_injection(
+    scope: Scope, kind: str, fact_ids: Sequence[str], text: str, *, door: str, mode: str = "", tokens: int | None = None
+) -> None:
+    """Buffer one entry of the injection log (`facts.injections`), written with the
+    usage counters: the request only appends a tuple."""
+    served = Served(
+        served_at=timezone.now(),
+        user_id=scope.user_id,
+        agent_name=scope.agent_name or "",
+        project_id=scope.project_id or "",
+        kind=kind,
+        mode=mode,
+        door=door,
+        fact_ids=tuple(fact_ids),
+        text=text,
+        tokens=tokens,
+    )
+    if _interval() <= 0:
+        injections.write([served], count_tokens=count_tokens)
+        return
+    with _buffer_lock:
+        _served.append(served)
+    _ensure_flusher()
+
+
 def flush_usage() -> None:
     """Write what is buffered now (also run at exit and by the background thread)."""
+    global _served
     with _buffer_lock:
         pending = {kind: counts for kind, counts in _buffer.items() if counts}
         for kind in pending:
             _buffer[kind] = Counter()
+        served, _served = _served, []
+    if served:
+        try:
+            injections.write(served, count_tokens=count_tokens)
+        except Exception:
+            log.exception("could not write the injection log; %d entries dropped", len(served))
     for kind, counts in pending.items():
         try:
             write_usage(kind, counts)

@@ -69,12 +69,12 @@ class LocalMemory:
     def context(self, ctx: MemoryContext, *, mode: str = "auto") -> dict[str, Any]:
         from memoryadmin import api_service
 
-        return api_service.serve_context(self._scope(ctx), mode=mode)
+        return api_service.serve_context(self._scope(ctx), mode=mode, door="local")
 
     def search(self, ctx: MemoryContext, query: str, *, limit: int = 5) -> list[dict[str, Any]]:
         from memoryadmin import api_service
 
-        return api_service.serve_search(self._scope(ctx), query, limit=limit)
+        return api_service.serve_search(self._scope(ctx), query, limit=limit, door="local")
 
 
 class MemoryClient:

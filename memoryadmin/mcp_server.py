@@ -147,7 +147,7 @@ def build_server(identify: Identify) -> MCPServer:
         goals and corrections) for this agent, best match first."""
         identity = who(ctx)
         try:
-            hits = api_service.serve_search(identity.scope, query, limit=limit)
+            hits = api_service.serve_search(identity.scope, query, limit=limit, door="mcp")
         finally:
             close_old_connections()
         return SearchResult(results=[SearchHit.model_validate(hit) for hit in hits])
@@ -164,7 +164,7 @@ def build_server(identify: Identify) -> MCPServer:
         now within the agent's token budgets."""
         identity = who(ctx)
         try:
-            body = api_service.serve_context(identity.scope, mode=mode)
+            body = api_service.serve_context(identity.scope, mode=mode, door="mcp")
         finally:
             close_old_connections()
         return ContextResult.model_validate(body)

@@ -316,6 +316,9 @@ API_AUTH_FAILURE_LIMIT = env_int("API_AUTH_FAILURE_LIMIT", 20)
 API_AUTH_FAILURE_WINDOW_SECONDS = env_int("API_AUTH_FAILURE_WINDOW_SECONDS", 300)
 # Injection/search counters are buffered and written every N seconds (0: inline).
 API_USAGE_FLUSH_SECONDS = env_float("API_USAGE_FLUSH_SECONDS", 1.0)
+# The injection log (facts/injections.py): what each agent was shown, kept this many
+# days; the worker prunes older entries.
+MEMORY_INJECTION_LOG_DAYS = env_int("MEMORY_INJECTION_LOG_DAYS", 30)
 # Django's own request-size guard sits just above the API limit so that the API can
 # answer oversized bodies with its own JSON 413.
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES * 2

@@ -9,9 +9,11 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
+from facts import injections
 from facts.audit import record
-from facts.models import AuditEvent, ExtractionRun
+from facts.models import AuditEvent, ExtractionRun, FactCard
 from facts.pipeline import run_turns_now
 from tests.erasure_seed import turns
 
@@ -74,6 +76,21 @@ def test_it_shows_a_persons_facts_by_agent_and_project_threads_runs_candidates_a
     page = response.content.decode()
     assert "Forget this conversation" in page and "yuri" not in page
     assert "Erase this user" not in page and "Export…" not in page  # viewers do not see the actions
+
+
+def test_it_lists_what_the_agents_were_shown_with_a_link_to_that_moment(seeded: None, viewer_client: Client) -> None:
+    served_at = timezone.now().replace(microsecond=0)
+    fact_ids = tuple(FactCard.objects.filter(user_id="xena").values_list("id", flat=True)[:2])
+    injections.write([injections.Served(served_at, "xena", "coder", "", "context", "auto", "api", fact_ids, "x", 9)])
+
+    response = viewer_client.get("/users/xena/")
+
+    served = list(response.context["served"])
+    assert [(e.agent_name, e.cards, e.tokens) for e in served] == [("coder", len(fact_ids), 9)]
+    page = response.content.decode()
+    link = f"/injections/?user=xena&amp;agent=coder&amp;at={served_at:%Y-%m-%dT%H:%M:%S}"
+    assert link in page
+    assert viewer_client.get(link.replace("&amp;", "&")).status_code == 200
 
 
 def test_it_gives_admins_export_and_erase_for_the_person(seeded: None, admin_client_: Client) -> None:

@@ -48,6 +48,7 @@ from facts.access import ADMINISTER, CURATE
 from facts.cardfile import Card, now_utc, parse_card
 from facts.enums import CardStatus, Category
 from facts.errors import CardParseError, InvalidId, RevisionConflict
+from facts.injections import last_injected
 from facts.models import AuditEvent, ExtractionRun, FactCard, FactRevision, FactUsage
 from facts.store import get_store
 from retrieval.search import search
@@ -179,6 +180,7 @@ def fact_detail(request: HttpRequest, fact_id: str) -> HttpResponse:
         "versions": versions_of(row.id),
         "chain": chain_of(row),
         "usage": usage,
+        "served": last_injected(row.id),
         "run": run,
         "evidence_row": evidence_row(run, row.source_message_id, row.evidence_text) if run else None,
         "correct_form": correct_form_for(row),

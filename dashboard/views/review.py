@@ -37,6 +37,7 @@ from facts.models import Candidate, FactCard
 from facts.review import apply_candidate, dismiss_candidate, restore_candidate
 
 BULK_LIMIT = 500
+REVIEWED = (Candidate.ReviewState.APPROVED, Candidate.ReviewState.DISMISSED)
 PAST = {"approve": "Approved", "dismiss": "Dismissed"}
 # A flash message's extra tag naming the dismissed candidates its Undo restores
 # (read by the `undo_ids` template filter).
@@ -59,6 +60,8 @@ def filtered_candidates(data: dict[str, Any]) -> QuerySet[Candidate]:
         rows = open_candidates()
     elif state == "all":
         rows = Candidate.objects.all()
+    elif state == "reviewed":
+        rows = Candidate.objects.filter(review_state__in=REVIEWED)
     else:
         rows = Candidate.objects.filter(review_state=state)
     if data.get("verdict"):

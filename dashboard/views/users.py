@@ -16,6 +16,7 @@ from datetime import datetime
 from itertools import groupby
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Max, Min, Q
 from django.http import Http404, HttpRequest, HttpResponse
@@ -34,6 +35,7 @@ from facts.models import (
     Candidate,
     ExtractionRun,
     FactCard,
+    Injection,
     ProfileRevision,
     ProfileSection,
     Turn,
@@ -247,6 +249,11 @@ def users_detail(request: HttpRequest, user_id: str) -> HttpResponse:
         "activity": AuditEvent.objects.filter(user_id=user_id).order_by("-created_at", "-pk")[:RECENT],
         "projects": projects,
         "running": running_for(user_id),
+        # What the agents were shown lately (the injection log); each opens "what the agent saw".
+        "served": Injection.objects.filter(user_id=user_id)
+        .annotate(cards=Count("facts"))
+        .order_by("-served_at", "-pk")[:RECENT],
+        "injection_days": settings.MEMORY_INJECTION_LOG_DAYS,
     }
     return render(request, "facts/user.html", ctx)
 

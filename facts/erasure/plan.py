@@ -26,6 +26,8 @@ from ..models import (
     FactCard,
     FactRevision,
     FactUsage,
+    InjectedFact,
+    Injection,
     ProfileRevision,
     ProfileSection,
     Turn,
@@ -53,6 +55,8 @@ class Plan:
     extracted_messages: list[int] = field(default_factory=list)
     card_revisions: list[int] = field(default_factory=list)
     usage: list[str] = field(default_factory=list)
+    injections: list[int] = field(default_factory=list)  # injection log entries of the scope
+    injected_facts: list[int] = field(default_factory=list)  # other entries' lines naming its cards
     golden_queries: list[int] = field(default_factory=list)
     tasks: list[str] = field(default_factory=list)
     audit_events: list[int] = field(default_factory=list)  # scrubbed, kept
@@ -77,6 +81,8 @@ class Plan:
             "profile_revisions": sorted(self.profile_revisions),
             "card_revisions": sorted(self.card_revisions),
             "usage_counters": sorted(self.usage),
+            "injection_log_entries": sorted(self.injections),
+            "injection_log_cards": sorted(self.injected_facts),
             "turns": sorted(self.turns),
             "extraction_runs": sorted(self.runs),
             "candidates": sorted(self.candidates),
@@ -196,6 +202,15 @@ def collect(scope: Scope, store: Store, known: Iterable[str] = ()) -> Plan:
     out.extracted_messages = list(extracted.values_list("pk", flat=True))
     out.card_revisions = _values_in(FactRevision.objects.all(), "fact_id", fact_ids, "pk")
     out.usage = _values_in(FactUsage.objects.all(), "fact_id", fact_ids, "fact_id")
+    # The log has no thread: a thread's erasure removes the lines naming its cards; a
+    # user's, agent's or project's removes their whole entries.
+    if not scope.thread_id:
+        out.injections = list(Injection.objects.filter(scope.rows()).values_list("pk", flat=True))
+    gone = set(out.injections)
+    lines: list[tuple[int, int]] = []
+    for chunk in chunks(fact_ids):
+        lines += InjectedFact.objects.filter(fact_id__in=chunk).values_list("pk", "injection_id")
+    out.injected_facts = [pk for pk, injection in lines if injection not in gone]
     out.golden_queries = _golden_queries(scope, set(fact_ids))
     out.tasks = [str(pk) for pk in _tasks(scope)]
     events = AuditEvent.objects.exclude(action=AuditEvent.Action.ERASE).exclude(reason="", details__erased=True)

@@ -27,6 +27,8 @@ from ..models import (
     FactCard,
     FactRevision,
     FactUsage,
+    InjectedFact,
+    Injection,
     ProfileRevision,
     ProfileSection,
     Turn,
@@ -200,6 +202,8 @@ def _erase_rows(found: Plan) -> None:
         delete_in(ExtractionRun.objects.all(), "pk", found.runs)
         delete_in(FactRevision.objects.all(), "fact_id", ids)
         delete_in(FactUsage.objects.all(), "fact_id", ids)
+        delete_in(InjectedFact.objects.all(), "pk", found.injected_facts)
+        delete_in(Injection.objects.all(), "pk", found.injections)  # their lines cascade
         delete_in(FactCard.objects.all(), "id", ids)
         # Usage counts still buffered in an API process find no card to count when they
         # are flushed (write_usage counts only cards in the mirror): nothing comes back.

@@ -21,7 +21,7 @@ from django.db import close_old_connections, connections
 from django.utils.autoreload import DJANGO_AUTORELOAD_ENV
 from django_tasks_db.management.commands import db_worker
 
-from facts import claims
+from facts import claims, injections
 
 log = logging.getLogger("facts.claims")
 
@@ -29,6 +29,10 @@ log = logging.getLogger("facts.claims")
 def sweep() -> int:
     from facts.tasks import reclaim_expired
 
+    try:
+        injections.prune()  # the injection log's retention (MEMORY_INJECTION_LOG_DAYS)
+    except Exception:
+        log.warning("pruning the injection log failed", exc_info=True)
     try:
         return reclaim_expired()
     except Exception:  # a busy or briefly unreachable database: the next sweep retries
