@@ -14,6 +14,7 @@ from .views import (
     preview,
     profiles,
     review,
+    runs,
     search,
     turns,
 )
@@ -64,4 +65,11 @@ urlpatterns = [
     path("agents/settings/", agents.agent_settings, name="agent_settings"),
     path("agents/keys/", agents.api_key_create, name="api_key_create"),
     path("agents/keys/<int:pk>/revoke/", agents.api_key_revoke, name="api_key_revoke"),
+]
+
+# Extraction runs (issue 21).
+urlpatterns += [
+    path("runs/", runs.runs_list, name="runs-list"),
+    path("runs/<int:pk>/", runs.runs_detail, name="runs-detail"),
+    path("runs/<int:pk>/retry/", runs.runs_retry, name="runs-retry"),
 ]

@@ -28,7 +28,15 @@ MAX_EXISTING_FACTS = 200
 
 
 class ExtractionError(Exception):
-    """The model gave no usable answer; the turns stay pending and can be retried."""
+    """The model gave no usable answer; the turns stay pending and can be retried.
+
+    `request` is what the model was sent and `raw` what came back, when anything did:
+    the run records both, so its page shows why it failed."""
+
+    def __init__(self, message: str, *, request: list[dict[str, str]] | None = None, raw: Any = None) -> None:
+        super().__init__(message)
+        self.request: list[dict[str, str]] = request or []
+        self.raw = raw
 
 
 EXTRACTORS = ("llm", "rules")
@@ -240,11 +248,33 @@ def extract(
     """
     if extractor_for(model) == "rules":
         return _extract_with_rules(rows, existing_facts)
+    request = build_request(rows, profile=profile or {}, existing_facts=existing_facts)
+    sent = [{"role": m.type, "content": str(m.content)} for m in request]
+    try:
+        return _call_model(model or build_model(), request, sent)
+    except ExtractionError as exc:
+        exc.request = exc.request or sent
+        raise
+
+
+def _raw_answer(message: Any) -> dict[str, Any] | None:
+    """The parts of an unusable answer a person needs to see why it was refused."""
+    if not isinstance(message, AIMessage):
+        return None
+    return {
+        "content": message.content,
+        "tool_calls": [dict(call) for call in message.tool_calls],
+        "invalid_tool_calls": [dict(call) for call in message.invalid_tool_calls],
+        "finish_reason": (message.response_metadata or {}).get("finish_reason"),
+    }
+
+
+def _call_model(
+    chat: BaseChatModel, request: list[SystemMessage | HumanMessage], sent: list[dict[str, str]]
+) -> Extraction:
     import openai  # lazy: see model_name_for
 
-    chat = model or build_model()
     structured = chat.with_structured_output(tool_schema(), method=settings.MEMORY_LLM_METHOD, include_raw=True)
-    request = build_request(rows, profile=profile or {}, existing_facts=existing_facts)
     started = time.perf_counter()
     try:
         # Transport retries with exponential backoff are the openai client's
@@ -264,11 +294,15 @@ def extract(
         raise ExtractionError(f"the model's answer could not be read: {str(exc)[:300]}") from None
     model_ms = (time.perf_counter() - started) * 1000
     raw = answer.get("raw") if isinstance(answer, dict) else None
-    arguments = _arguments(raw)
+    try:
+        arguments = _arguments(raw)
+    except ExtractionError as exc:
+        exc.raw = _raw_answer(raw)
+        raise
     try:
         parsed = parse_update(arguments)
     except TypeError as exc:
-        raise ExtractionError(str(exc)) from None
+        raise ExtractionError(str(exc), raw=arguments) from None
     usage = getattr(raw, "usage_metadata", None) or {}
     return Extraction(
         arguments=arguments,
@@ -277,7 +311,7 @@ def extract(
         model_ms=model_ms,
         prompt_tokens=usage.get("input_tokens"),
         completion_tokens=usage.get("output_tokens"),
-        request=[{"role": m.type, "content": str(m.content)} for m in request],
+        request=sent,
     )
 
 
@@ -293,3 +327,47 @@ def _extract_with_rules(rows: Sequence[Row], existing_facts: Sequence[Mapping[st
         request=[{"role": "rules", "content": extractor.NAME}],
         extractor="rules",
     )
+
+
+# --- is the model there? ------------------------------------------------------------
+
+MODEL_SETTINGS = ("MEMORY_LLM_BASE_URL", "MEMORY_LLM_MODEL", "MEMORY_LLM_API_KEY")
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    """What a person needs to know before trusting extraction: `state` is `ok`, `rules`
+    (no model configured: the built-in rules extract) or `down` (configured but not usable)."""
+
+    state: str
+    message: str
+    settings: tuple[str, ...] = MODEL_SETTINGS
+
+
+def model_status(timeout: float) -> ModelStatus:
+    """Ask the configured endpoint for its model list (`GET {base}/models`), waiting at
+    most `timeout` seconds: cheap for any OpenAI-compatible server, and it tells an
+    unreachable server and a refused key apart from a working one."""
+    import httpx  # lazy: see model_name_for (the openai client's own transport)
+
+    try:
+        kind = active_extractor()
+    except ExtractionError as exc:
+        return ModelStatus("down", str(exc))
+    if kind == "rules":
+        return ModelStatus("rules", f"No model is configured: {describe_extractor()}.")
+    base = settings.MEMORY_LLM_BASE_URL.rstrip("/")
+    if not base:
+        return ModelStatus("down", "MEMORY_EXTRACTOR=llm but MEMORY_LLM_BASE_URL is not set: no extraction can run.")
+    headers = {"Authorization": f"Bearer {settings.MEMORY_LLM_API_KEY}"} if settings.MEMORY_LLM_API_KEY else {}
+    try:
+        status = httpx.get(base + "/models", headers=headers, timeout=timeout).status_code
+    except httpx.HTTPError as exc:
+        return ModelStatus(
+            "down", f"The model endpoint {base} does not answer within {timeout:g} s ({exc.__class__.__name__})."
+        )
+    if status in (401, 403):
+        return ModelStatus("down", f"The model endpoint {base} refused the API key (HTTP {status}).")
+    if status >= 500:
+        return ModelStatus("down", f"The model endpoint {base} answers HTTP {status}.")
+    return ModelStatus("ok", f"{describe_extractor()} answers (HTTP {status}).")

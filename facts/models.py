@@ -219,6 +219,9 @@ class ExtractionRun(models.Model):
     replay = models.BooleanField(default=False, help_text="model output supplied, model not called")
     # Blank for replays: nothing was called.
     extractor = models.CharField(max_length=16, choices=Extractor.choices, blank=True, default="")
+    # What the extractor was sent ([{role, content}]), kept so a failed or surprising run
+    # can be read on its page without re-running it.
+    request = models.JSONField(default=list, blank=True)
     raw_output = models.JSONField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
     error = models.TextField(blank=True, default="")
