@@ -355,7 +355,7 @@ def model_status(timeout: float) -> ModelStatus:
     except ExtractionError as exc:
         return ModelStatus("down", str(exc))
     if kind == "rules":
-        return ModelStatus("rules", f"No model is configured: {describe_extractor()}.")
+        return ModelStatus("rules", f"Extraction runs with the {describe_extractor()}.")
     base = settings.MEMORY_LLM_BASE_URL.rstrip("/")
     if not base:
         return ModelStatus("down", "MEMORY_EXTRACTOR=llm but MEMORY_LLM_BASE_URL is not set: no extraction can run.")
