@@ -21,7 +21,7 @@ migrate: venv
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 
-# Web server (waitress: README "Web server") and worker side by side; Ctrl-C stops both.
+# Web server (waitress: docs/operations.md "Web server") and worker side by side; Ctrl-C stops both.
 run: migrate
 	$(PY) manage.py bootstrap
 	@echo "Dashboard: http://$(HOST):$(PORT)/  (worker: manage.py db_worker)"
