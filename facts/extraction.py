@@ -10,6 +10,7 @@ JSON, no tool call) is an `ExtractionError` — never a silent empty result.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -30,12 +31,12 @@ MAX_EXISTING_FACTS = 200
 class ExtractionError(Exception):
     """The model gave no usable answer; the turns stay pending and can be retried.
 
-    `request` is what the model was sent and `raw` what came back, when anything did:
-    the run records both, so its page shows why it failed."""
+    `request` is the record of what the model was sent (`request_record`) and `raw`
+    what came back, when anything did: the run keeps both, so its page shows why."""
 
-    def __init__(self, message: str, *, request: list[dict[str, str]] | None = None, raw: Any = None) -> None:
+    def __init__(self, message: str, *, request: dict[str, Any] | None = None, raw: Any = None) -> None:
         super().__init__(message)
-        self.request: list[dict[str, str]] = request or []
+        self.request: dict[str, Any] = request or {}
         self.raw = raw
 
 
@@ -131,6 +132,24 @@ Allowed values: scope {_values(Scope)}; durability {_values(Durability)}; author
 """
 
 
+RULES_VERSION = hashlib.sha256(EXTRACTION_RULES.encode()).hexdigest()[:12]
+
+
+def request_record(
+    rows: Sequence[Row], *, profile: Mapping[str, str], existing_facts: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """What a run keeps of the request `build_request` makes: the rules by version, the
+    reference material by section name and fact id; the conversation is the run's own
+    `filtered_rows`. Never the text of stored facts or summaries: a forgotten
+    conversation's facts must not live on in the requests of later runs."""
+    return {
+        "rules_version": RULES_VERSION,
+        "profile_sections": [name for name, text in profile.items() if text],
+        "existing_fact_ids": [f["id"] for f in existing_facts[:MAX_EXISTING_FACTS]],
+        "messages": len(rows),
+    }
+
+
 @dataclass
 class Extraction:
     """What the model answered: the raw arguments and each candidate validated alone."""
@@ -141,7 +160,7 @@ class Extraction:
     model_ms: float
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
-    request: list[dict[str, str]] = field(default_factory=list)
+    request: dict[str, Any] = field(default_factory=dict)
     extractor: str = "llm"
 
 
@@ -249,7 +268,7 @@ def extract(
     if extractor_for(model) == "rules":
         return _extract_with_rules(rows, existing_facts)
     request = build_request(rows, profile=profile or {}, existing_facts=existing_facts)
-    sent = [{"role": m.type, "content": str(m.content)} for m in request]
+    sent = request_record(rows, profile=profile or {}, existing_facts=existing_facts)
     try:
         return _call_model(model or build_model(), request, sent)
     except ExtractionError as exc:
@@ -269,9 +288,7 @@ def _raw_answer(message: Any) -> dict[str, Any] | None:
     }
 
 
-def _call_model(
-    chat: BaseChatModel, request: list[SystemMessage | HumanMessage], sent: list[dict[str, str]]
-) -> Extraction:
+def _call_model(chat: BaseChatModel, request: list[SystemMessage | HumanMessage], sent: dict[str, Any]) -> Extraction:
     import openai  # lazy: see model_name_for
 
     structured = chat.with_structured_output(tool_schema(), method=settings.MEMORY_LLM_METHOD, include_raw=True)
@@ -324,7 +341,6 @@ def _extract_with_rules(rows: Sequence[Row], existing_facts: Sequence[Mapping[st
         parsed=parse_update(result.arguments),
         model_name=extractor.NAME,
         model_ms=result.elapsed_ms,
-        request=[{"role": "rules", "content": extractor.NAME}],
         extractor="rules",
     )
 

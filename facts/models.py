@@ -219,9 +219,10 @@ class ExtractionRun(models.Model):
     replay = models.BooleanField(default=False, help_text="model output supplied, model not called")
     # Blank for replays: nothing was called.
     extractor = models.CharField(max_length=16, choices=Extractor.choices, blank=True, default="")
-    # What the extractor was sent ([{role, content}]), kept so a failed or surprising run
-    # can be read on its page without re-running it.
-    request = models.JSONField(default=list, blank=True)
+    # What the model was sent, by reference (facts.extraction.request_record: the rules'
+    # version, profile section names, existing fact ids), so a failed or surprising run
+    # can be read on its page; never stored facts' text (see request_record).
+    request = models.JSONField(default=dict, blank=True)
     raw_output = models.JSONField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
     error = models.TextField(blank=True, default="")

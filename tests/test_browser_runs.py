@@ -43,7 +43,7 @@ def test_a_reviewer_opens_a_failed_run_from_the_overview_and_retries_it(
     page.wait_for_url(re.compile(rf"/runs/{failed.pk}/$"))
     assert page.inner_text("#run-status") == "failed"
     assert "HTTP 503" in page.inner_text("#run-error")
-    assert "You maintain long-term memory" in page.inner_text("#run-request")
+    assert "the current rules" in page.inner_text("#run-request")
     shot(page, "runs-02-failed-run")
 
     openai_stub.reply_tool_call({"facts": [fact_candidate()]})

@@ -67,7 +67,7 @@ def test_a_run_page_shows_request_answer_tokens_and_every_candidate(
     candidate = run.candidates.get()
     body = viewer_client.get(f"/runs/{run.pk}/").content.decode()
     assert "我主要做 Python 后端开发" in body  # the filtered conversation
-    assert "You maintain long-term memory about one user" in body  # the request's rules
+    assert "You maintain long-term memory about one user" in body  # the rules as sent
     assert "120 in · 40 out" in body  # the stub's token usage
     assert f'href="/review/{candidate.pk}/"' in body and "accepted" in body
     assert "primary_stack" in body or candidate.key in body
@@ -79,7 +79,7 @@ def test_a_failed_run_keeps_what_was_sent_and_why_it_failed(
 ) -> None:
     run = _run(openai_stub, fail=True)
     assert run.status == "failed" and "HTTP 500" in run.error
-    assert run.request and run.request[0]["role"] == "system"
+    assert run.request["rules_version"] and run.request["messages"] == 1
     body = viewer_client.get(f"/runs/{run.pk}/").content.decode()
     assert "HTTP 500" in body and "You maintain long-term memory" in body
     assert "a reviewer can retry them" in body and "/retry/" not in body  # a viewer has no button
@@ -192,3 +192,18 @@ def test_the_model_check_is_cached_briefly_and_bounded(
         listener.close()
     assert "does not answer within 1 s" in first
     assert 0.9 < slow < 3.0 and cached < 0.9
+
+
+def test_a_run_keeps_the_facts_it_was_shown_by_id_never_their_text(
+    viewer_client: Client, openai_stub: OpenAIStub
+) -> None:
+    first = _run(openai_stub, fail=False)
+    fact_id = first.candidates.get().fact_id
+    second = _run(openai_stub, fail=False, thread="t2")
+    assert fact_id in second.request["existing_fact_ids"]
+    shown = openai_stub.requests[-1]["messages"][1]["content"]
+    content = first.candidates.get().content
+    assert content in shown  # the model saw the stored fact's text…
+    assert content not in str(second.request)  # …the run keeps only its id
+    body = viewer_client.get(f"/runs/{second.pk}/").content.decode()
+    assert f'href="/facts/{fact_id}/"' in body

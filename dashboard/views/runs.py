@@ -18,7 +18,8 @@ from dashboard.forms import RetryForm, RunFilters
 from dashboard.helpers import audit, page_of, query_without_page
 from facts import tasks
 from facts.access import CURATE
-from facts.models import AuditEvent, ExtractionRun, Turn
+from facts.extraction import EXTRACTION_RULES, RULES_VERSION
+from facts.models import AuditEvent, ExtractionRun, FactCard, Turn
 
 PAGE_SIZE = 50
 
@@ -62,6 +63,22 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=2)
 
 
+def _sent(run: ExtractionRun) -> dict[str, Any] | None:
+    """The run's request record, with the rules' text when they are still the ones it
+    was sent (the record keeps only their version)."""
+    record = run.request if isinstance(run.request, dict) else {}
+    if not record:
+        return None
+    ids = [i for i in record.get("existing_fact_ids", []) if isinstance(i, str)]
+    live = set(FactCard.objects.filter(id__in=ids).values_list("id", flat=True))
+    return {
+        "rules": EXTRACTION_RULES if record.get("rules_version") == RULES_VERSION else "",
+        "rules_version": record.get("rules_version", ""),
+        "profile_sections": record.get("profile_sections", []),
+        "facts": [(i, i in live) for i in ids],
+    }
+
+
 @require_GET
 @login_required
 def runs_detail(request: HttpRequest, pk: int) -> HttpResponse:
@@ -76,7 +93,7 @@ def runs_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "run": run,
         "candidates": run.candidates.order_by("position", "pk"),
         "turns": turns.order_by("received_at", "pk")[:50],
-        "request_messages": [m for m in run.request or [] if isinstance(m, dict)],
+        "sent": _sent(run),
         "raw": _pretty(run.raw_output) if run.raw_output is not None else "",
         "retryable": run.status == ExtractionRun.Status.FAILED and waiting.exists(),
         "later": ExtractionRun.objects.filter(
