@@ -242,6 +242,9 @@ class ExtractionRun(models.Model):
             # the heartbeat's renewal (running runs of one claim) and the sweep (running
             # runs past their lease): never a scan of every run ever recorded
             models.Index(fields=["status", "claimed_by"], name="run_claim"),
+            # the runs page filtered by user, or by status (failed runs), newest first
+            models.Index(fields=["user_id", "-started_at"], name="run_user_recent"),
+            models.Index(fields=["status", "-started_at"], name="run_status_recent"),
         ]
 
 

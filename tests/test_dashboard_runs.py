@@ -45,6 +45,7 @@ def test_it_lists_runs_filtered_by_status_user_and_agent(viewer_client: Client, 
     assert [r.pk for r in viewer_client.get("/runs/?status=failed").context["page"]] == [failed.pk]
     assert [r.pk for r in viewer_client.get("/runs/?user=bob").context["page"]] == [ok.pk]
     assert [r.pk for r in viewer_client.get("/runs/?agent=writer").context["page"]] == [other_agent.pk]
+    assert "1 accepted · 0 rejected" in viewer_client.get("/runs/?user=bob").content.decode()
     body = viewer_client.get("/runs/?status=failed").content.decode()
     assert f'href="/runs/{failed.pk}/"' in body and "upstream &lt;exploded&gt;" in body
     assert viewer_client.get("/runs/?status=bogus").context["form"].errors["status"]

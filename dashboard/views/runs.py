@@ -19,7 +19,7 @@ from dashboard.helpers import audit, page_of, query_without_page
 from facts import tasks
 from facts.access import CURATE
 from facts.extraction import EXTRACTION_RULES, RULES_VERSION
-from facts.models import AuditEvent, ExtractionRun, FactCard, Turn
+from facts.models import AuditEvent, Candidate, ExtractionRun, FactCard, Turn
 
 PAGE_SIZE = 50
 
@@ -48,11 +48,21 @@ def runs_list(request: HttpRequest) -> HttpResponse:
         number = data.get("page")
     else:
         runs = runs.none()
-    runs = runs.annotate(
-        accepted=Count("candidates", filter=Q(candidates__verdict="accepted")),
-        rejected=Count("candidates", filter=Q(candidates__verdict="rejected")),
+    page = page_of(request, runs, number, PAGE_SIZE)
+    # Verdict counts for the shown page only: an annotation would group every run's
+    # candidates for the paginator's count too.
+    counts = (
+        Candidate.objects.filter(run_id__in=[run.pk for run in page])
+        .values_list("run_id", "verdict")
+        .annotate(n=Count("id"))
+        .order_by()
     )
-    ctx = {"form": form, "page": page_of(request, runs, number, PAGE_SIZE), "query": query_without_page(request.GET)}
+    by_run: dict[int, dict[str, int]] = {}
+    for run_id, verdict, n in counts:
+        by_run.setdefault(run_id, {})[verdict] = n
+    for run in page:
+        run.verdicts = by_run.get(run.pk, {})
+    ctx = {"form": form, "page": page, "query": query_without_page(request.GET)}
     if request.htmx and request.htmx.target == "run-rows":
         return render(request, "facts/runs.html#rows", ctx)
     return render(request, "facts/runs.html", ctx)
