@@ -21,7 +21,7 @@ migrate: venv
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 
-# Web server (waitress: README "Web server") and worker side by side; Ctrl-C stops both
+# Web server (waitress: docs/operations.md "Web server") and worker side by side; Ctrl-C stops both
 # (a clean exit), and so does either one exiting (its status is kept). `stop` names the
 # two processes and clears the traps first: the old `kill 0` signalled this shell too,
 # re-entering its own trap until bash crashed ("Segmentation fault").

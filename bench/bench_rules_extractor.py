@@ -11,7 +11,7 @@ accepts it, exactly as in production (threshold `MEMORY_CONFIDENCE_THRESHOLD`, 0
 
 The figures are per split: `dev` is what the rules were written against; `holdout`,
 `holdout2` and `holdout3` were each written before the rules saw them, scored once
-(those first scores are in the README), and then used to fix what they exposed. So a
+(those first scores are in docs/extraction.md), and then used to fix what they exposed. So a
 fresh holdout is the honest estimate; the labelled set is the author's own: it says
 what the rules were meant to do, not how real users talk.
 

@@ -16,7 +16,7 @@ from facts.enums import PROFILE_SECTIONS, CardStatus, Category, choices
 from facts.errors import InvalidId
 from facts.gate import REASON_CODES
 from facts.ids import check_fact_id, normalize_agent, normalize_id
-from facts.models import AuditEvent, Candidate
+from facts.models import AuditEvent, Candidate, ExtractionRun
 from memoryadmin.models import parse_user_patterns
 from retrieval.limits import SEARCH_LIMIT_DEFAULT, SEARCH_LIMIT_MAX, SEARCH_LIMIT_MIN
 
@@ -283,6 +283,13 @@ class RetryForm(forms.Form):
     """Retry a failed or stuck turn (or all of them): an optional note for the audit."""
 
     note = forms.CharField(required=False, max_length=2000)
+
+
+class RunFilters(ScopeFilters):
+    """The runs page's filters; the status choices are the run's own."""
+
+    status = forms.ChoiceField(required=False, choices=ANY + [(s.value, s.value) for s in ExtractionRun.Status])
+    page = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
 
 
 # --- agents and API keys ----------------------------------------------------------------

@@ -17,6 +17,7 @@ from .views import (
     preview,
     profiles,
     review,
+    runs,
     search,
     team,
     turns,
@@ -101,4 +102,11 @@ urlpatterns = [
     path("gate/backtest/", gate.gate_backtest, name="gate_backtest"),
     path("gate/threshold/", gate.gate_threshold, name="gate_threshold"),
     path("injections/", gate.injections, name="injections"),
+]
+
+# Extraction runs (issue 21).
+urlpatterns += [
+    path("runs/", runs.runs_list, name="runs-list"),
+    path("runs/<int:pk>/", runs.runs_detail, name="runs-detail"),
+    path("runs/<int:pk>/retry/", runs.runs_retry, name="runs-retry"),
 ]

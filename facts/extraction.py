@@ -10,6 +10,7 @@ JSON, no tool call) is an `ExtractionError` — never a silent empty result.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -28,7 +29,15 @@ MAX_EXISTING_FACTS = 200
 
 
 class ExtractionError(Exception):
-    """The model gave no usable answer; the turns stay pending and can be retried."""
+    """The model gave no usable answer; the turns stay pending and can be retried.
+
+    `request` is the record of what the model was sent (`request_record`) and `raw`
+    what came back, when anything did: the run keeps both, so its page shows why."""
+
+    def __init__(self, message: str, *, request: dict[str, Any] | None = None, raw: Any = None) -> None:
+        super().__init__(message)
+        self.request: dict[str, Any] = request or {}
+        self.raw = raw
 
 
 EXTRACTORS = ("llm", "rules")
@@ -123,6 +132,24 @@ Allowed values: scope {_values(Scope)}; durability {_values(Durability)}; author
 """
 
 
+RULES_VERSION = hashlib.sha256(EXTRACTION_RULES.encode()).hexdigest()[:12]
+
+
+def request_record(
+    rows: Sequence[Row], *, profile: Mapping[str, str], existing_facts: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """What a run keeps of the request `build_request` makes: the rules by version, the
+    reference material by section name and fact id; the conversation is the run's own
+    `filtered_rows`. Never the text of stored facts or summaries: a forgotten
+    conversation's facts must not live on in the requests of later runs."""
+    return {
+        "rules_version": RULES_VERSION,
+        "profile_sections": [name for name, text in profile.items() if text],
+        "existing_fact_ids": [f["id"] for f in existing_facts[:MAX_EXISTING_FACTS]],
+        "messages": len(rows),
+    }
+
+
 @dataclass
 class Extraction:
     """What the model answered: the raw arguments and each candidate validated alone."""
@@ -133,7 +160,7 @@ class Extraction:
     model_ms: float
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
-    request: list[dict[str, str]] = field(default_factory=list)
+    request: dict[str, Any] = field(default_factory=dict)
     extractor: str = "llm"
 
 
@@ -240,11 +267,31 @@ def extract(
     """
     if extractor_for(model) == "rules":
         return _extract_with_rules(rows, existing_facts)
+    request = build_request(rows, profile=profile or {}, existing_facts=existing_facts)
+    sent = request_record(rows, profile=profile or {}, existing_facts=existing_facts)
+    try:
+        return _call_model(model or build_model(), request, sent)
+    except ExtractionError as exc:
+        exc.request = exc.request or sent
+        raise
+
+
+def _raw_answer(message: Any) -> dict[str, Any] | None:
+    """The parts of an unusable answer a person needs to see why it was refused."""
+    if not isinstance(message, AIMessage):
+        return None
+    return {
+        "content": message.content,
+        "tool_calls": [dict(call) for call in message.tool_calls],
+        "invalid_tool_calls": [dict(call) for call in message.invalid_tool_calls],
+        "finish_reason": (message.response_metadata or {}).get("finish_reason"),
+    }
+
+
+def _call_model(chat: BaseChatModel, request: list[SystemMessage | HumanMessage], sent: dict[str, Any]) -> Extraction:
     import openai  # lazy: see model_name_for
 
-    chat = model or build_model()
     structured = chat.with_structured_output(tool_schema(), method=settings.MEMORY_LLM_METHOD, include_raw=True)
-    request = build_request(rows, profile=profile or {}, existing_facts=existing_facts)
     started = time.perf_counter()
     try:
         # Transport retries with exponential backoff are the openai client's
@@ -264,11 +311,15 @@ def extract(
         raise ExtractionError(f"the model's answer could not be read: {str(exc)[:300]}") from None
     model_ms = (time.perf_counter() - started) * 1000
     raw = answer.get("raw") if isinstance(answer, dict) else None
-    arguments = _arguments(raw)
+    try:
+        arguments = _arguments(raw)
+    except ExtractionError as exc:
+        exc.raw = _raw_answer(raw)
+        raise
     try:
         parsed = parse_update(arguments)
     except TypeError as exc:
-        raise ExtractionError(str(exc)) from None
+        raise ExtractionError(str(exc), raw=arguments) from None
     usage = getattr(raw, "usage_metadata", None) or {}
     return Extraction(
         arguments=arguments,
@@ -277,7 +328,7 @@ def extract(
         model_ms=model_ms,
         prompt_tokens=usage.get("input_tokens"),
         completion_tokens=usage.get("output_tokens"),
-        request=[{"role": m.type, "content": str(m.content)} for m in request],
+        request=sent,
     )
 
 
@@ -290,6 +341,49 @@ def _extract_with_rules(rows: Sequence[Row], existing_facts: Sequence[Mapping[st
         parsed=parse_update(result.arguments),
         model_name=extractor.NAME,
         model_ms=result.elapsed_ms,
-        request=[{"role": "rules", "content": extractor.NAME}],
         extractor="rules",
     )
+
+
+# --- is the model there? ------------------------------------------------------------
+
+MODEL_SETTINGS = ("MEMORY_LLM_BASE_URL", "MEMORY_LLM_MODEL", "MEMORY_LLM_API_KEY")
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    """What a person needs to know before trusting extraction: `state` is `ok`, `rules`
+    (no model configured: the built-in rules extract) or `down` (configured but not usable)."""
+
+    state: str
+    message: str
+    settings: tuple[str, ...] = MODEL_SETTINGS
+
+
+def model_status(timeout: float) -> ModelStatus:
+    """Ask the configured endpoint for its model list (`GET {base}/models`), waiting at
+    most `timeout` seconds: cheap for any OpenAI-compatible server, and it tells an
+    unreachable server and a refused key apart from a working one."""
+    import httpx  # lazy: see model_name_for (the openai client's own transport)
+
+    try:
+        kind = active_extractor()
+    except ExtractionError as exc:
+        return ModelStatus("down", str(exc))
+    if kind == "rules":
+        return ModelStatus("rules", f"Extraction runs with the {describe_extractor()}.")
+    base = settings.MEMORY_LLM_BASE_URL.rstrip("/")
+    if not base:
+        return ModelStatus("down", "MEMORY_EXTRACTOR=llm but MEMORY_LLM_BASE_URL is not set: no extraction can run.")
+    headers = {"Authorization": f"Bearer {settings.MEMORY_LLM_API_KEY}"} if settings.MEMORY_LLM_API_KEY else {}
+    try:
+        status = httpx.get(base + "/models", headers=headers, timeout=timeout).status_code
+    except httpx.HTTPError as exc:
+        return ModelStatus(
+            "down", f"The model endpoint {base} does not answer within {timeout:g} s ({exc.__class__.__name__})."
+        )
+    if status in (401, 403):
+        return ModelStatus("down", f"The model endpoint {base} refused the API key (HTTP {status}).")
+    if status >= 500:
+        return ModelStatus("down", f"The model endpoint {base} answers HTTP {status}.")
+    return ModelStatus("ok", f"{describe_extractor()} answers (HTTP {status}).")

@@ -219,6 +219,10 @@ class ExtractionRun(models.Model):
     replay = models.BooleanField(default=False, help_text="model output supplied, model not called")
     # Blank for replays: nothing was called.
     extractor = models.CharField(max_length=16, choices=Extractor.choices, blank=True, default="")
+    # What the model was sent, by reference (facts.extraction.request_record: the rules'
+    # version, profile section names, existing fact ids), so a failed or surprising run
+    # can be read on its page; never stored facts' text (see request_record).
+    request = models.JSONField(default=dict, blank=True)
     raw_output = models.JSONField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
     error = models.TextField(blank=True, default="")
@@ -243,6 +247,9 @@ class ExtractionRun(models.Model):
             # the heartbeat's renewal (running runs of one claim) and the sweep (running
             # runs past their lease): never a scan of every run ever recorded
             models.Index(fields=["status", "claimed_by"], name="run_claim"),
+            # the runs page filtered by user, or by status (failed runs), newest first
+            models.Index(fields=["user_id", "-started_at"], name="run_user_recent"),
+            models.Index(fields=["status", "-started_at"], name="run_status_recent"),
         ]
 
 

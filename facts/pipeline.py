@@ -211,9 +211,12 @@ def _start(
             extraction = extract(rows, profile=profile, existing_facts=existing, model=model)
         except ExtractionError as exc:
             run.error = str(exc)[:2000]
+            run.request = exc.request
+            run.raw_output = json_safe(exc.raw) if exc.raw is not None else None
             _finish(run, ExtractionRun.Status.FAILED, started)
             raise
         parsed = extraction.parsed
+        run.request = extraction.request
         run.raw_output = json_safe(extraction.arguments)
         run.model_ms = extraction.model_ms
         run.prompt_tokens = extraction.prompt_tokens
@@ -290,7 +293,7 @@ def _finish(run: ExtractionRun, status: str, started: float) -> None:
     run.duration_ms = (time.perf_counter() - started) * 1000
     run.save(
         update_fields=[
-            "status", "finished_at", "duration_ms", "error", "raw_output", "model_name",
+            "status", "finished_at", "duration_ms", "error", "request", "raw_output", "model_name",
             "model_ms", "prompt_tokens", "completion_tokens",
         ]
     )  # fmt: skip

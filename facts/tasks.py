@@ -267,3 +267,18 @@ def retry_failed(*, ids: Sequence[int] | None = None) -> int:
     for user_id, agent_name, thread_id in sorted(threads):
         schedule(user_id, agent_name, thread_id, at=None)
     return stuck + count
+
+
+def retry_run(run: ExtractionRun) -> int:
+    """Queue a failed run's turns for extraction now: the turns of its thread that are
+    failed, or pending with the error of a failed attempt and waiting out a backoff.
+    Returns how many turns went back; 0 when a later run already processed them."""
+    if run.status != ExtractionRun.Status.FAILED:
+        return 0
+    turns = Turn.objects.filter(user_id=run.user_id, agent_name=run.agent_name, thread_id=run.thread_id).filter(
+        Q(status=Turn.Status.FAILED) | Q(status=Turn.Status.PENDING) & ~Q(error="")
+    )
+    count = turns.update(status=Turn.Status.PENDING, attempts=0, process_after=None, flush=True)
+    if count:
+        schedule(run.user_id, run.agent_name, run.thread_id, at=None)
+    return count

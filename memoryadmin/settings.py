@@ -326,7 +326,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES * 2
 # verdicts before answering "pending".
 MCP_REMEMBER_WAIT_SECONDS = env_float("MCP_REMEMBER_WAIT_SECONDS", 5.0)
 
-# The web server `manage.py serve` (and so `make run`) starts: waitress, see README
+# The web server `manage.py serve` (and so `make run`) starts: waitress, see docs/operations.md
 # "Web server". Idle and half-sent connections cost a socket, not a thread.
 WEB_THREADS = env_int("WEB_THREADS", 8)
 WEB_CONNECTION_LIMIT = env_int("WEB_CONNECTION_LIMIT", 1000)

@@ -109,6 +109,18 @@ class OpenAIStub:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout test)
 
+            def do_GET(self) -> None:
+                # `GET /models`: what a status check asks (facts.extraction.model_status).
+                found = self.path.rstrip("/").endswith("/models")
+                data = json.dumps(
+                    {"object": "list", "data": [{"id": "stub-model", "object": "model"}]} if found else {}
+                )
+                self.send_response(200 if found else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data.encode())
+
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 

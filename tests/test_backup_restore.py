@@ -1,4 +1,4 @@
-"""Backup and restore, as the README describes them: a copy of MEMORY_ROOT plus a
+"""Backup and restore, as docs/operations.md describes them: a copy of MEMORY_ROOT plus a
 `dumpdata` of the database, restored into a fresh database and folder, then `reindex`
 → the same memory, the same history, no drift."""
 

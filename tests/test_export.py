@@ -515,7 +515,7 @@ def test_the_export_command_names_the_file_safely_and_refuses_to_overwrite(
 
 @pytest.mark.slow
 def test_export_then_import_into_a_fresh_database_and_folder(proc_env: Env, _template_db: str, tmp_path: Path) -> None:
-    """The README's commands, as separate processes: demo → export in one installation,
+    """The commands of docs/operations.md, as separate processes: demo → export in one installation,
     import into a new database and a new MEMORY_ROOT, `reindex --check` clean, same cards
     and profile (files, mirror rows), and only this user's."""
     proc_env.manage("demo")

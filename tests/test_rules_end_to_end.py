@@ -1,4 +1,4 @@
-"""The README's quick start with no model server: a real gunicorn and a real `db_worker`,
+"""The no-model quick start (docs/extraction.md, "Memory with no model server"): a real gunicorn and a real `db_worker`,
 no MEMORY_LLM_BASE_URL. A turn with an explicit preference posted through the API shows
 up in the context (API and the dashboard's context preview) within seconds, extracted
 by the built-in rules."""

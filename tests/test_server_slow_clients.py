@@ -6,7 +6,7 @@ local port; tests/helpers_reliability/slow_clients.py opens the connections (hal
 half-sent ones stop inside the request head, half send a whole head and then trickle a
 body), keeps each request growing every second, and meanwhile times one ordinary
 request per second on a fresh connection. gunicorn's threaded worker, which `make run`
-used before, answered none of them (README "Web server").
+used before, answered none of them (docs/operations.md "Web server").
 """
 
 from __future__ import annotations

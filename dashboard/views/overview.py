@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.cache import cache
 from django.db.models import CharField, Count, Max, QuerySet
@@ -20,7 +21,7 @@ from django.views.decorators.http import require_GET
 
 from dashboard.forms import day_start
 from facts.enums import CardStatus
-from facts.extraction import describe_extractor
+from facts.extraction import ModelStatus, describe_extractor, model_status
 from facts.models import AuditEvent, Candidate, ExtractionRun, FactCard, ProfileSection
 from memoryadmin.models import DriftCheck
 from retrieval.models import IndexRebuild
@@ -30,6 +31,10 @@ CHART_CACHE_SECONDS = 60
 REASON_SAMPLE = 5000
 # Bounds staleness after changes that leave no trace in the fingerprint (a CLI reindex).
 COUNTS_CACHE_SECONDS = 60
+# The model check asks the endpoint once per this many seconds, and never waits longer
+# than MODEL_CHECK_TIMEOUT: a dead server must not make the overview slow.
+MODEL_CHECK_SECONDS = 30
+MODEL_CHECK_TIMEOUT = 1.0
 
 # --- overview counts ------------------------------------------------------------------
 
@@ -165,6 +170,18 @@ def charts() -> dict[str, Any]:
     return cached
 
 
+def model_health() -> ModelStatus:
+    # Keyed by the settings it checks, so changing them is seen at once.
+    key = "dashboard:model-status:" + "|".join(
+        [settings.MEMORY_EXTRACTOR, settings.MEMORY_LLM_BASE_URL, settings.MEMORY_LLM_MODEL]
+    )
+    cached = cache.get(key)
+    if cached is None:
+        cached = model_status(MODEL_CHECK_TIMEOUT)
+        cache.set(key, cached, MODEL_CHECK_SECONDS)
+    return cached
+
+
 @require_GET
 @login_required
 def overview(request: HttpRequest) -> HttpResponse:
@@ -174,5 +191,6 @@ def overview(request: HttpRequest) -> HttpResponse:
         "runs": ExtractionRun.objects.order_by("-started_at").defer("filtered_rows", "raw_output")[:10],
         "health": index_health(),
         "extractor": describe_extractor(),
+        "model": model_health(),
     }
     return render(request, "memoryadmin/overview.html", ctx)

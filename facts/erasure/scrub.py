@@ -86,7 +86,7 @@ def _django_sqlite_file() -> Path | None:
 
 def scrub_bytes(root: Path) -> list[dict[str, Any]]:
     """`scrub_sqlite` on every SQLite file under MEMORY_ROOT and on Django's SQLite DB.
-    PostgreSQL keeps dead tuples until (auto)vacuum: see README "Erasure and export"."""
+    PostgreSQL keeps dead tuples until (auto)vacuum: see docs/operations.md "Erasure and export"."""
     done = []
     targets = sqlite_files(Path(root))
     db = _django_sqlite_file()

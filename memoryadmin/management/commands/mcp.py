@@ -1,6 +1,6 @@
 """Serve one user's memory to a desktop or IDE MCP client over stdio.
 
-The client starts this command itself (see README "MCP"); whoever can start it can
+The client starts this command itself (see docs/operations.md "MCP"); whoever can start it can
 already read the database and the memory files, so there is no key: the user, agent
 and project are fixed by the arguments for the life of the process.
 """

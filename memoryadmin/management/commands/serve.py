@@ -3,7 +3,7 @@
 waitress reads every request whole (head and body, the body spilling to a temporary
 file past 512 KB) on its own event loop before a worker thread sees it, so idle and
 slowly-sent connections cost a socket each, never a thread: the threads stay free for
-complete requests. Measured against gunicorn's threaded worker in README
+complete requests. Measured against gunicorn's threaded worker in docs/operations.md
 ("Web server").
 """
 
