@@ -47,6 +47,20 @@ def test_it_lists_failed_and_stuck_turns_with_their_error(viewer_client: Client)
     assert "/retry/" not in body  # a viewer sees no action
 
 
+def test_it_links_a_failed_turn_to_its_threads_last_run(viewer_client: Client) -> None:
+    failed = _turn("failed", error="the model server answered HTTP 500")
+    run = ExtractionRun.objects.create(
+        user_id="alice", agent_name="coder", thread_id="t1", status=ExtractionRun.Status.FAILED, error="HTTP 500"
+    )
+    ExtractionRun.objects.create(user_id="alice", agent_name="coder", thread_id="other")
+    _turn("failed", thread="t9", error="no run recorded for this one")
+
+    page = viewer_client.get("/turns/")
+
+    assert [t.last_run_id for t in page.context["page"]] == [run.pk, None] and failed.run_id is None
+    assert f'href="/runs/{run.pk}/"' in page.content.decode()
+
+
 def test_the_htmx_table_is_a_partial_of_the_same_page(viewer_client: Client) -> None:
     _turn("failed", error="boom")
     response = viewer_client.get("/turns/", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="turn-rows")

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
-from django.db.models import Q, QuerySet
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -17,7 +17,7 @@ from dashboard.forms import PageForm, RetryForm
 from dashboard.helpers import audit, changed, page_of
 from facts import claims, tasks
 from facts.access import CURATE
-from facts.models import AuditEvent, Turn
+from facts.models import AuditEvent, ExtractionRun, Turn
 
 PAGE_SIZE = 50
 
@@ -25,7 +25,17 @@ PAGE_SIZE = 50
 def problem_turns() -> QuerySet[Turn]:
     """Failed turns and turns stuck in processing past their lease, oldest first."""
     stuck = Q(claims.lapsed(timezone.now()), status=Turn.Status.PROCESSING)
-    return Turn.objects.filter(Q(status=Turn.Status.FAILED) | stuck).defer("messages").order_by("received_at", "pk")
+    # A failed attempt leaves `Turn.run` empty (the turn was not processed), so the run
+    # page it links to is its thread's latest run: the one that failed or was abandoned.
+    last_run = ExtractionRun.objects.filter(
+        user_id=OuterRef("user_id"), agent_name=OuterRef("agent_name"), thread_id=OuterRef("thread_id")
+    ).order_by("-pk")
+    return (
+        Turn.objects.filter(Q(status=Turn.Status.FAILED) | stuck)
+        .defer("messages")
+        .annotate(last_run_id=Subquery(last_run.values("pk")[:1]))
+        .order_by("received_at", "pk")
+    )
 
 
 def _context(request: HttpRequest) -> dict[str, Any]:
