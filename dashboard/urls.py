@@ -71,8 +71,8 @@ urlpatterns = [
     path("agents/keys/", agents.api_key_create, name="api_key_create"),
     path("agents/keys/<int:pk>/revoke/", agents.api_key_revoke, name="api_key_revoke"),
     # people and the team
-    path("users/", users.users_list, name="users-list"),
-    path("users/<path:user_id>/", users.users_detail, name="users-detail"),
+    path("users/", users.users_list, name="users_list"),
+    path("users/<path:user_id>/", users.users_detail, name="users_detail"),
     path("pick/users/", users.pick_users, name="pick_users"),
     path("pick/agents/", users.pick_agents, name="pick_agents"),
     path("team/", team.team, name="team"),
@@ -106,7 +106,7 @@ urlpatterns = [
 
 # Extraction runs (issue 21).
 urlpatterns += [
-    path("runs/", runs.runs_list, name="runs-list"),
-    path("runs/<int:pk>/", runs.runs_detail, name="runs-detail"),
-    path("runs/<int:pk>/retry/", runs.runs_retry, name="runs-retry"),
+    path("runs/", runs.runs_list, name="runs_list"),
+    path("runs/<int:pk>/", runs.runs_detail, name="runs_detail"),
+    path("runs/<int:pk>/retry/", runs.runs_retry, name="runs_retry"),
 ]

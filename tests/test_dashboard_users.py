@@ -108,7 +108,7 @@ def test_it_links_a_run_to_its_page(seeded: None, viewer_client: Client) -> None
 
     url = next(r["url"] for r in runs if r["pk"] == run.pk)
     try:
-        assert url == reverse("runs-detail", args=[run.pk])
+        assert url == reverse("runs_detail", args=[run.pk])
     except Exception:  # the runs pages are not in this tree: the run's first candidate
         assert url.startswith("/review/")
     assert viewer_client.get(url).status_code == 200

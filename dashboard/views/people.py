@@ -32,14 +32,14 @@ SHOWN_IDS = 50
 
 
 def person_url(user_id: str) -> str:
-    return reverse("users-detail", args=[user_id])
+    return reverse("users_detail", args=[user_id])
 
 
 @require_GET
 @login_required
 def people(request: HttpRequest) -> HttpResponse:
     """The old list of people: now `/users/` (kept so bookmarks still work)."""
-    return redirect("users-list", permanent=True)
+    return redirect("users_list", permanent=True)
 
 
 @require_GET
@@ -48,7 +48,7 @@ def person(request: HttpRequest) -> HttpResponse:
     """The old person page (`?user=`): now `/users/<id>/`."""
     pick = UserIdForm(request.GET)
     if not pick.is_valid():
-        return redirect("users-list")
+        return redirect("users_list")
     return redirect(person_url(pick.cleaned_data["user"]), permanent=True)
 
 
@@ -73,12 +73,12 @@ def person_erase(request: HttpRequest) -> HttpResponse:
     data = request.POST if request.method == "POST" else request.GET
     form = EraseForm(request.POST) if request.method == "POST" else EraseForm()
     if "user" not in data:
-        return redirect("users-list")
+        return redirect("users_list")
     try:
         scope = Scope.of(data.get("user", ""))
     except InvalidId as exc:
         messages.error(request, f"Not a valid user id: {exc}")
-        return redirect("users-list")
+        return redirect("users_list")
     ctx = {"form": form, "scope": scope, "rows": _dry_run(scope), "running": running_for(scope.user_id)}
     if request.method == "GET":
         return render(request, "facts/erase.html", ctx)
@@ -89,7 +89,7 @@ def person_erase(request: HttpRequest) -> HttpResponse:
         return redirect(person_url(scope.user_id))
     total = sum(report.counts.values())
     messages.success(request, f"Erased user {scope.user_id}: {total} item(s) removed (erasure {report.erasure_id}).")
-    return changed(redirect("users-list"))
+    return changed(redirect("users_list"))
 
 
 @login_required
@@ -132,5 +132,5 @@ def forget_thread(request: HttpRequest) -> HttpResponse:
     try:
         user_or_404(scope.user_id)
     except Http404:  # that was all memory held about them: their page is gone too
-        return changed(redirect("users-list"))
+        return changed(redirect("users_list"))
     return changed(redirect(person_url(scope.user_id)))

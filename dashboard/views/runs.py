@@ -125,12 +125,12 @@ def runs_retry(request: HttpRequest, pk: int) -> HttpResponse:
     form.is_valid()
     if run.status != ExtractionRun.Status.FAILED:
         messages.info(request, f"Run {pk} did not fail ({run.status}): there is nothing to retry.")
-        return redirect("runs-detail", pk=pk)
+        return redirect("runs_detail", pk=pk)
     latest = ExtractionRun.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
     count = tasks.retry_run(run)
     if not count:
         messages.info(request, f"Run {pk}'s turns are no longer waiting: a later run processed them.")
-        return redirect("runs-detail", pk=pk)
+        return redirect("runs_detail", pk=pk)
     audit(
         request,
         AuditEvent.Action.RETRY_TURNS,
@@ -145,6 +145,6 @@ def runs_retry(request: HttpRequest, pk: int) -> HttpResponse:
                                          thread_id=run.thread_id).order_by("pk").first()  # fmt: skip
     if after is not None:
         messages.success(request, f"Run {pk} was retried: this is the new run ({after.status}).")
-        return redirect("runs-detail", pk=after.pk)
+        return redirect("runs_detail", pk=after.pk)
     messages.success(request, f"{count} turn(s) of run {pk} are queued for extraction again.")
-    return redirect("runs-detail", pk=pk)
+    return redirect("runs_detail", pk=pk)

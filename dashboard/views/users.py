@@ -195,10 +195,10 @@ def _threads(user_id: str) -> list[dict[str, Any]]:
 
 
 def run_url(pk: int, first_candidate: int | None) -> str:
-    """The run's own page once the runs pages exist (`runs-detail`); until then the
+    """The run's own page once the runs pages exist (`runs_detail`); until then the
     page of its first candidate (which shows the run's conversation), or the turns page."""
     try:
-        return reverse("runs-detail", args=[pk])
+        return reverse("runs_detail", args=[pk])
     except NoReverseMatch:
         if first_candidate is not None:
             return reverse("candidate_detail", args=[first_candidate])
