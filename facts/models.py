@@ -374,3 +374,14 @@ class Erasure(models.Model):
 
     def __str__(self) -> str:
         return f"erasure {self.pk} of {self.user_id} ({self.status})"
+
+
+class CardChange(models.Model):
+    """The ordered log of card writes other machines follow (`retrieval.follow`): one row
+    per card written or deleted, in the mirror's transaction, so a committed mirror
+    change is never missing from it. Kept only when ``MEMORY_CHANGE_LOG`` is on (the
+    default on PostgreSQL); rows older than an hour are pruned by the followers."""
+
+    id = models.BigAutoField(primary_key=True)
+    fact_id = models.CharField(max_length=17)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
