@@ -31,8 +31,9 @@ from django.db import close_old_connections, connections
 from django.db.models import Q
 from django.utils import timezone
 
+from facts.erasure.scrub import scrub_sqlite, sqlite_files
 from facts.errors import StoreError
-from facts.models import CardChange, FactCard
+from facts.models import CardChange, Erasure, FactCard
 from facts.store import get_store
 
 from . import index
@@ -50,13 +51,15 @@ class Follower:
     position: int = 0
     recent: dict[int, float] = field(default_factory=dict)
     last_prune: float = 0.0
+    erasures_seen: int = 0
 
     @classmethod
     def from_now(cls) -> Follower:
         """Start at the log's end: what came before is in the files, which the index is
         built from when it is missing (call before the index is first opened)."""
         last = CardChange.objects.order_by("-id").values_list("id", flat=True).first()
-        return cls(position=last or 0)
+        erased = Erasure.objects.filter(status=Erasure.Status.DONE).order_by("-id").values_list("id", flat=True).first()
+        return cls(position=last or 0, erasures_seen=erased or 0)
 
     def poll(self) -> int:
         """Apply the changes not applied yet; returns how many cards were looked at."""
@@ -75,8 +78,29 @@ class Follower:
             self.position = max(self.position, fresh[-1][0])
         horizon = time.monotonic() - 2 * LOOKBACK_SECONDS
         self.recent = {cid: at for cid, at in self.recent.items() if at >= horizon}
+        self._scrub_after_erasures()
         self._prune()
         return len(fresh)
+
+    def _scrub_after_erasures(self) -> None:
+        """An erasure finished on another machine: its cards leave this index too, and
+        the index's files are scrubbed here as they were there (deleted FTS rows stay in
+        old segments and free pages until then)."""
+        done = list(
+            Erasure.objects.filter(status=Erasure.Status.DONE, id__gt=self.erasures_seen)
+            .order_by("id")
+            .values_list("id", "fact_ids")
+        )
+        if not done:
+            return
+        erased = sorted({fact_id for _, fact_ids in done for fact_id in fact_ids or []})
+        if erased:
+            apply_cards(erased)
+        folder = index.index_path().parent
+        index.reset()  # the scrub's VACUUM wants no connection of ours open
+        for path in sqlite_files(folder):
+            scrub_sqlite(path)
+        self.erasures_seen = done[-1][0]
 
     def _prune(self) -> None:
         if time.monotonic() - self.last_prune < 60:
