@@ -71,10 +71,13 @@ class Follower:
         )
         fresh = [(change_id, fact_id) for change_id, fact_id in rows if change_id not in self.recent]
         if fresh:
-            apply_cards(sorted({fact_id for _, fact_id in fresh}))
+            unread = apply_cards(sorted({fact_id for _, fact_id in fresh}))
             now = time.monotonic()
-            for change_id, _ in fresh:
-                self.recent[change_id] = now
+            for change_id, fact_id in fresh:
+                # A card not readable yet (an NFS client's attribute cache) is tried again
+                # on the next polls while its change is within the look-back window.
+                if fact_id not in unread:
+                    self.recent[change_id] = now
             self.position = max(self.position, fresh[-1][0])
         horizon = time.monotonic() - 2 * LOOKBACK_SECONDS
         self.recent = {cid: at for cid, at in self.recent.items() if at >= horizon}
@@ -109,12 +112,14 @@ class Follower:
         CardChange.objects.filter(created_at__lt=timezone.now() - timedelta(seconds=KEEP_SECONDS)).delete()
 
 
-def apply_cards(fact_ids: list[str]) -> None:
-    """Bring the index's rows for `fact_ids` to what the shared files hold now."""
+def apply_cards(fact_ids: list[str]) -> set[str]:
+    """Bring the index's rows for `fact_ids` to what the shared files hold now; returns
+    the ids whose file could not be read."""
     store = get_store()
     paths = dict(FactCard.objects.filter(id__in=fact_ids).values_list("id", "path"))
     written = []
     gone: list[Any] = []
+    unread: set[str] = set()
     for fact_id in fact_ids:
         path = paths.get(fact_id)
         if path is None:
@@ -124,9 +129,11 @@ def apply_cards(fact_ids: list[str]) -> None:
         try:
             written.append(store.read_card_at(store.root / path))
         except (OSError, StoreError):
-            # Moved again since the mirror row was read: a later change names it.
+            # Moved again since the mirror row was read, or not visible here yet.
             log.info("follow: card %s not readable at %s yet", fact_id, path)
+            unread.add(fact_id)
     index.update(written, gone)
+    return unread
 
 
 class FollowThread(threading.Thread):
