@@ -87,3 +87,12 @@ def test_it_fails_an_index_on_the_shared_root(
 
 def test_it_finds_that_flock_refuses_a_second_holder(tmp_path: Path) -> None:
     assert sharedroot.flock_enforced(tmp_path / ".locks")
+
+
+def test_it_warns_about_a_local_index_others_can_read(memory_root: Path, settings: Any, tmp_path: Path) -> None:
+    (tmp_path / "local-index").mkdir(mode=0o755)
+    (tmp_path / "local-index").chmod(0o755)
+    settings.MEMORY_INDEX_DIR = str(tmp_path / "local-index")
+    findings = _machines()
+    assert [f["level"] for f in findings] == ["warn"]
+    assert "o-rwx" in findings[0]["message"]

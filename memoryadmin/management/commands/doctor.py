@@ -158,6 +158,11 @@ class Doctor:
             self.fail("machines", f"the search index {index_dir} is not machine-local ({why}): set MEMORY_INDEX_DIR")
         elif shared and not settings.MEMORY_CHANGE_LOG:
             self.warn("machines", "MEMORY_CHANGE_LOG is off: other machines' indexes will not see this one's writes")
+        elif index_dir.exists() and index_dir.stat().st_mode & (stat.S_IROTH | stat.S_IWOTH | stat.S_IXOTH):
+            # outside MEMORY_ROOT, so check_files does not look at it; it holds memory text
+            self.warn(
+                "machines", f"the search index {index_dir} can be read by every user on the machine (chmod o-rwx)"
+            )
         elif not problem:
             kind = f"{mount.fstype} at {mount.point}" if mount else "unknown file system"
             self.ok("machines", f"flock enforced on MEMORY_ROOT ({kind}); index at {index_dir}")
