@@ -56,3 +56,19 @@ def cards_writing(cards: Sequence[Card]) -> None:
             preparer(cards)
         except Exception:
             log.exception("preparing %d card writes failed", len(cards))
+
+
+# Background work a worker process runs beside its tasks (the read side's follower of
+# other machines' writes, retrieval.follow), started by `manage.py db_worker`.
+_worker_starters: list[Callable[[], object]] = []
+
+
+def on_worker_start(starter: Callable[[], object]) -> Callable[[], object]:
+    if starter not in _worker_starters:
+        _worker_starters.append(starter)
+    return starter
+
+
+def worker_started() -> None:
+    for starter in _worker_starters:
+        starter()

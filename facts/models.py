@@ -442,3 +442,14 @@ class GateSettings(models.Model):
     threshold = models.FloatField()
     updated_by = models.CharField(max_length=150)
     updated_at = models.DateTimeField(auto_now=True)
+
+
+class CardChange(models.Model):
+    """The ordered log of card writes other machines follow (`retrieval.follow`): one row
+    per card written or deleted, in the mirror's transaction, so a committed mirror
+    change is never missing from it. Kept only when ``MEMORY_CHANGE_LOG`` is on (the
+    default on PostgreSQL); rows older than an hour are pruned by the followers."""
+
+    id = models.BigAutoField(primary_key=True)
+    fact_id = models.CharField(max_length=17)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)

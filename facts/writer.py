@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from django.conf import settings
 from django.db import transaction
 
 from . import bulk, hooks
@@ -26,7 +27,7 @@ from .cardfile import Card, dump_card, file_digest, now_utc
 from .erasure.guard import refuse_cards, refuse_profile
 from .errors import InvalidId, RevisionConflict
 from .ids import normalize_agent
-from .models import FactCard, FactRevision, ProfileRevision, ProfileSection
+from .models import CardChange, FactCard, FactRevision, ProfileRevision, ProfileSection
 from .profilefile import Profile, dump_profile
 from .store import Bucket, Store, get_store
 
@@ -108,6 +109,10 @@ class _Mirror:
         if self.deleted:
             FactCard.objects.filter(id__in=[c.id for c in self.deleted]).delete()
         bulk.insert(FactRevision, self.revisions, ignore_conflicts=True)
+        if settings.MEMORY_CHANGE_LOG and (self.rows or self.deleted):
+            # Other machines' indexes follow this log (retrieval.follow).
+            ids = [row.id for row in self.rows] + [c.id for c in self.deleted]
+            CardChange.objects.bulk_create([CardChange(fact_id=fact_id) for fact_id in ids])
         for profile, path, text, restore in self.profiles:
             mirror_profile(profile, path, file_digest(text))
             # A restore may have brought this revision's row back already (with its

@@ -1,19 +1,16 @@
 """Bearer-key authentication and the per-key rate limit of the agents' API.
 
-The rate limit must hold across gunicorn workers, so the counters live in a tiny
-SQLite file (WAL, no fsync: a lost counter after a crash only forgives a few
-requests) rather than in per-process memory. One UPSERT per request, ~50 µs.
+The rate limit must hold across gunicorn workers and, on PostgreSQL, across machines,
+so the counters live outside process memory (`memoryadmin.ratelimit`: a table of the
+database on PostgreSQL, a small SQLite file on one machine). One UPSERT per request.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import sqlite3
-import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from django.conf import settings
 from django.db import connection
@@ -21,9 +18,9 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from facts.atomic import create_private_file
-
+from . import ratelimit
 from .models import ApiKey, hash_key
+from .ratelimit import _local  # noqa: F401 - tests reset it after a fork
 
 WINDOW_SECONDS = 60
 
@@ -101,40 +98,6 @@ class RateDecision:
     first_in_window: bool
 
 
-_local = threading.local()
-
-
-def _db_path() -> Path:
-    configured = getattr(settings, "API_RATE_LIMIT_DB", "")
-    if configured:
-        return Path(configured)
-    # Next to the other derived state (.locks, .retrieval): per deployment, and per test.
-    return Path(settings.MEMORY_ROOT) / ".api" / "ratelimit.sqlite3"
-
-
-def _connection() -> sqlite3.Connection:
-    path = _db_path()
-    cache: dict[str, sqlite3.Connection] = getattr(_local, "connections", None) or {}
-    _local.connections = cache
-    conn = cache.get(str(path))
-    if conn is None:
-        create_private_file(path)  # its -wal and -shm take its mode: counters stay private
-        conn = sqlite3.connect(path, timeout=5, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=OFF")
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS hits (key TEXT NOT NULL, window INTEGER NOT NULL, n INTEGER NOT NULL,"
-            " PRIMARY KEY (key, window)) WITHOUT ROWID"
-        )
-        # Failed authentications per client address, in windows of their own length.
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS failures (addr TEXT NOT NULL, window INTEGER NOT NULL, n INTEGER NOT NULL,"
-            " PRIMARY KEY (addr, window)) WITHOUT ROWID"
-        )
-        cache[str(path)] = conn
-    return conn
-
-
 def limit_for(key: ApiKey) -> int:
     if key.rate_limit_per_minute is not None:
         return key.rate_limit_per_minute
@@ -147,15 +110,8 @@ def hit(key: ApiKey, *, now: float | None = None) -> RateDecision:
     now = time.time() if now is None else now
     window = int(now // WINDOW_SECONDS)
     retry_after = max(1, int((window + 1) * WINDOW_SECONDS - now))
-    conn = _connection()
-    (count,) = conn.execute(
-        "INSERT INTO hits (key, window, n) VALUES (?, ?, 1)"
-        " ON CONFLICT (key, window) DO UPDATE SET n = n + 1 RETURNING n",
-        (key.key_hash[:32], window),
-    ).fetchone()
+    count = ratelimit.count("hits", key.key_hash[:32], window)
     first = count == 1
-    if first:
-        conn.execute("DELETE FROM hits WHERE window < ?", (window - 1,))
     allowed = limit <= 0 or count <= limit
     return RateDecision(allowed, limit, count, retry_after, first)
 
@@ -186,15 +142,8 @@ def record_failure(addr: str, *, now: float | None = None) -> RateDecision:
     now = time.time() if now is None else now
     window = int(now // length)
     retry_after = max(1, int((window + 1) * length - now))
-    conn = _connection()
-    (count,) = conn.execute(
-        "INSERT INTO failures (addr, window, n) VALUES (?, ?, 1)"
-        " ON CONFLICT (addr, window) DO UPDATE SET n = n + 1 RETURNING n",
-        (addr, window),
-    ).fetchone()
+    count = ratelimit.count("failures", addr, window)
     first = count == 1
-    if first:
-        conn.execute("DELETE FROM failures WHERE window < ?", (window - 1,))
     allowed = limit <= 0 or count <= limit
     if count == limit + 1:
         log.warning("API: %d failed keys from %s within %d s; throttled for %d s", limit, addr, length, retry_after)

@@ -114,3 +114,17 @@ class DriftCheck(models.Model):
 def parse_user_patterns(text: str) -> list[str]:
     """``"acme:*, bob"`` → ``["acme:*", "bob"]`` (sorted, no repeats); ValueError if one is bad."""
     return sorted({check_user_pattern(item) for item in text.split(",") if item.strip()})
+
+
+class RateCounter(models.Model):
+    """One fixed window's request count of an API key (kind "key") or failed keys of a
+    client address (kind "fail"), used when the database is PostgreSQL so that every
+    machine counts against the same limit (`memoryadmin.ratelimit`)."""
+
+    kind = models.CharField(max_length=8)
+    name = models.CharField(max_length=64)
+    window = models.BigIntegerField()
+    n = models.IntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["kind", "name", "window"], name="ratecounter_unique")]

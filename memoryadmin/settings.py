@@ -340,6 +340,18 @@ WEB_TRUSTED_PROXY = env_str("WEB_TRUSTED_PROXY", "")
 ADMIN_USERNAME = env_str("ADMIN_USERNAME", "admin")
 ADMIN_PASSWORD = env_str("ADMIN_PASSWORD", "admin")
 
+# --- Several machines (issue 24; docs/scaling.md) -----------------------------------------
+# Where this machine keeps its derived search index (FTS5 + vectors). Default: beside the
+# files, MEMORY_ROOT/.retrieval. With several machines on a shared file root it must be a
+# machine-local directory (SQLite on a network filesystem is unsafe); `doctor` checks it.
+MEMORY_INDEX_DIR = env_str("MEMORY_INDEX_DIR", "")
+_ON_POSTGRES = DATABASES["default"]["ENGINE"].endswith("postgresql")
+# Every card write appends to an ordered change log in the database, which each machine's
+# worker follows to keep its local index in step (retrieval/follow.py).
+MEMORY_CHANGE_LOG = env_bool("MEMORY_CHANGE_LOG", _ON_POSTGRES)
+MEMORY_INDEX_FOLLOW = env_bool("MEMORY_INDEX_FOLLOW", _ON_POSTGRES)
+MEMORY_INDEX_FOLLOW_INTERVAL = env_float("MEMORY_INDEX_FOLLOW_INTERVAL", 0.2)
+
 # --- Hybrid search (issue 19; retrieval/vectors.py) -------------------------------------
 # MEMORY_EMBEDDINGS=off: lexical search only, no embedding model loaded (tiny deployments).
 # On (default): every active card gets a sentence vector (multilingual USE v3, shipped in

@@ -10,9 +10,11 @@ class RetrievalConfig(AppConfig):
         # the write side never imports the read side.
         from facts import hooks, mirror
 
-        from . import index, tokenize
+        from . import follow, index, tokenize
 
         hooks.on_cards_changed(index.on_cards_changed)
         hooks.on_cards_writing(index.prepare)
+        # Each machine's worker keeps its local index in step with the others' writes.
+        hooks.on_worker_start(follow.start)
         # A rebuild's tokenizing runs in the scanning processes, on every core.
         mirror.add_scan_extra("terms", index.scan_terms, prepare=tokenize.warm)

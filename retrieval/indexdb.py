@@ -79,6 +79,9 @@ class IndexUnavailable(Exception):
 
 
 def index_path() -> Path:
+    # MEMORY_INDEX_DIR: a machine-local index when the file root is shared (scaling.md).
+    if getattr(settings, "MEMORY_INDEX_DIR", ""):
+        return Path(settings.MEMORY_INDEX_DIR) / INDEX_FILE
     return Path(settings.MEMORY_ROOT) / INDEX_DIR / INDEX_FILE
 
 

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import connection
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,10 @@ def scrub_bytes(root: Path) -> list[dict[str, Any]]:
     PostgreSQL keeps dead tuples until (auto)vacuum: see docs/operations.md "Erasure and export"."""
     done = []
     targets = sqlite_files(Path(root))
+    # A machine-local search index (MEMORY_INDEX_DIR, docs/scaling.md) is outside the root.
+    local_index = getattr(settings, "MEMORY_INDEX_DIR", "")
+    if local_index and Path(local_index).is_dir():
+        targets += [path for path in sqlite_files(Path(local_index)) if path not in targets]
     db = _django_sqlite_file()
     if db is not None and db not in targets:
         targets.append(db)

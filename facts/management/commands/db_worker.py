@@ -21,7 +21,7 @@ from django.db import close_old_connections, connections
 from django.utils.autoreload import DJANGO_AUTORELOAD_ENV
 from django_tasks_db.management.commands import db_worker
 
-from facts import claims, injections
+from facts import claims, hooks, injections
 
 log = logging.getLogger("facts.claims")
 
@@ -67,4 +67,5 @@ class Command(db_worker.Command):
             sweep()
             if not options.get("batch"):
                 Sweeper().start()
+                hooks.worker_started()
         super().handle(*args, **options)

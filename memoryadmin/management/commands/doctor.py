@@ -27,7 +27,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 DEFAULT_SECRET_PREFIX = "insecure-local-only-key"
-CHECKS = ("settings", "database", "files", "index", "embeddings", "turns", "model")
+CHECKS = ("settings", "database", "files", "machines", "index", "embeddings", "turns", "model")
 STALE_TEMP_SECONDS = 600
 
 
@@ -133,6 +133,39 @@ class Doctor:
             )
         if not problems:
             self.ok("files", f"MEMORY_ROOT {root} is writable")
+
+    def check_machines(self) -> None:
+        """Several machines (docs/scaling.md): the root's locks must hold across
+        machines, and the search index must be machine-local."""
+        from memoryadmin import sharedroot
+        from retrieval.indexdb import index_path
+
+        root = Path(settings.MEMORY_ROOT)
+        if not root.is_dir():
+            return  # check_files has said so
+        if not sharedroot.flock_enforced(root / ".locks"):
+            self.fail("machines", f"flock locks under {root} are not enforced: two writers could write one bucket")
+            return
+        mount = sharedroot.mount_of(root)
+        problem = sharedroot.lock_problem(mount) if mount else None
+        if problem:
+            getattr(self, problem[0])("machines", f"MEMORY_ROOT {root}: {problem[1]}")
+        shared = connection.vendor == "postgresql"
+        index_dir = index_path().parent
+        index_mount = sharedroot.mount_of(index_dir if index_dir.exists() else index_dir.parent)
+        why = sharedroot.index_is_shared(index_dir, root, index_mount)
+        if why and (shared or (index_mount is not None and index_mount.network)):
+            self.fail("machines", f"the search index {index_dir} is not machine-local ({why}): set MEMORY_INDEX_DIR")
+        elif shared and not settings.MEMORY_CHANGE_LOG:
+            self.warn("machines", "MEMORY_CHANGE_LOG is off: other machines' indexes will not see this one's writes")
+        elif index_dir.exists() and index_dir.stat().st_mode & (stat.S_IROTH | stat.S_IWOTH | stat.S_IXOTH):
+            # outside MEMORY_ROOT, so check_files does not look at it; it holds memory text
+            self.warn(
+                "machines", f"the search index {index_dir} can be read by every user on the machine (chmod o-rwx)"
+            )
+        elif not problem:
+            kind = f"{mount.fstype} at {mount.point}" if mount else "unknown file system"
+            self.ok("machines", f"flock enforced on MEMORY_ROOT ({kind}); index at {index_dir}")
 
     def check_index(self) -> None:
         from memoryadmin import rebuild
