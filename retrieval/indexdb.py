@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 # Bump when the schema or the tokenization changes: an index of another version is
 # rebuilt on first use, and its rows count as changed in `drift`.
-SCHEMA_VERSION = 5  # 5: vector hashes (vhash) and stemmed English terms
+SCHEMA_VERSION = 6  # 5: vector hashes (vhash) and stemmed English terms; 6: terms hashes (thash)
 INDEX_DIR = ".retrieval"
 INDEX_FILE = "index.sqlite3"
 BUSY_TIMEOUT_MS = 30_000
@@ -51,12 +51,15 @@ CREATE TABLE IF NOT EXISTS cards (
     terms TEXT NOT NULL,
     dl INTEGER NOT NULL,
     sig TEXT NOT NULL,
-    vhash TEXT
+    vhash TEXT,
+    thash TEXT
 );
 -- Vector search reads one bucket's (id, vector hash) pairs; erasure asks whether any
 -- other row still holds a vector hash before dropping the vector.
 CREATE INDEX IF NOT EXISTS cards_vec ON cards (bucket, id, vhash, expires_ts);
 CREATE INDEX IF NOT EXISTS cards_vhash ON cards (vhash);
+-- Dropping a cached terms entry asks whether any other row still names it.
+CREATE INDEX IF NOT EXISTS cards_thash ON cards (thash);
 -- The render reads one bucket's cards, best first (render_context).
 -- Covering, so the listing never touches the wide rows; contents come by id after.
 CREATE INDEX IF NOT EXISTS cards_bucket ON cards (bucket, confidence DESC, id, category, expires_ts);

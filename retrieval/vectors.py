@@ -46,8 +46,11 @@ EMBED_BATCH = 256
 # statement small).
 LOOKUP_BATCH = 500
 
+# The same file holds the cached index terms (`retrieval.derived`): one cache of
+# derived per-card data.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS vc.vectors (hash TEXT PRIMARY KEY, vec BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS vc.terms (hash TEXT PRIMARY KEY, terms TEXT NOT NULL) WITHOUT ROWID;
 """
 
 
@@ -241,6 +244,23 @@ def ensure(
         if progress:
             progress(done, total)
     return have
+
+
+def malformed(conn: sqlite3.Connection, hashes: Iterable[str]) -> list[str]:
+    """Which of `hashes` have a cached vector that cannot be one: wrong size, or a
+    value that is not finite, or not unit length (every stored vector is normalised)."""
+    bad: list[str] = []
+    for chunk in _chunks(list(dict.fromkeys(hashes)), LOOKUP_BATCH):
+        sql = _VECTORS_OF.format(marks=", ".join("?" * len(chunk)))
+        for h, blob in conn.execute(sql, tuple(chunk)):
+            if not isinstance(blob, bytes) or len(blob) != DIM * 2:
+                bad.append(h)
+                continue
+            vec = np.frombuffer(blob, dtype=np.float16).astype(np.float32)
+            norm = float(np.linalg.norm(vec))
+            if not np.isfinite(vec).all() or abs(norm - 1.0) > 0.01:
+                bad.append(h)
+    return bad
 
 
 def forget_unused(conn: sqlite3.Connection, hashes: Iterable[str]) -> None:

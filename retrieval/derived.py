@@ -1,0 +1,165 @@
+"""The cache of derived per-card data, keyed by content hash (issue 23).
+
+Re-tokenizing text that has not changed was most of a rebuild's time (jieba ≈ 85 µs of
+≈ 190 µs per card), and re-embedding it would be far worse (≈ 1,300 cards/s). So both
+are cached beside the index, in ONE file (``MEMORY_ROOT/.retrieval/vectors.sqlite3``,
+attached to every index connection as schema ``vc``; the name predates the tokens):
+
+``vc.terms``    hash of (tokenizer version, text) → the index terms of that text;
+``vc.vectors``  hash of (model id, text) → its sentence vector (`retrieval.vectors`).
+
+Every index row names both hashes (``thash``, ``vhash``); an entry no row names any
+more is deleted with its last row, so erased words do not linger in the cache. The file
+is derived data: deleting it only costs the next rebuild its speed, and
+``reindex --no-cache`` ignores it (and writes it afresh).
+
+A rebuild's scanning processes (`facts.mirror.snapshot`) look the terms up here
+before tokenizing, each through its own read-only connection; ``reindex --check``
+tokenizes every card again and reports entries that disagree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+from django.conf import settings
+
+from .tokenize import document_terms
+
+# Part of every terms hash: bump it whenever `document_terms` would give other tokens
+# (dictionary, stemmer, stop-words in documents), and every cached entry is a miss.
+TOKENIZER_ID = "jieba-snowball-1"
+CACHE_FILE = "vectors.sqlite3"
+
+# The table itself is created with the vectors' when the file is attached
+# (`retrieval.vectors.attach`).
+
+
+def terms_hash(text: str) -> str:
+    return hashlib.sha256(f"{TOKENIZER_ID}\x1e{text}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+class Terms(NamedTuple):
+    """A card's index terms as the scan found them: `fresh` when they were computed
+    (the cache missed, or was bypassed) and so still need to be stored; `corrupt` when
+    ``--check`` found the cached entry differs from what the tokenizer says now."""
+
+    hash: str
+    terms: str
+    fresh: bool
+    corrupt: bool = False
+
+
+# How the scanning processes use the cache: "use" (normal), "bypass" (--no-cache) or
+# "verify" (--check). Set in the parent before the workers fork; they inherit it.
+_mode = "use"
+
+
+@contextlib.contextmanager
+def mode(value: str) -> Iterator[None]:
+    global _mode
+    assert value in ("use", "bypass", "verify")
+    old, _mode = _mode, value
+    try:
+        yield
+    finally:
+        _mode = old
+
+
+def bypassed() -> bool:
+    return _mode == "bypass"
+
+
+# One read-only connection per process (a forked worker opens its own).
+_reader: tuple[int, Path, int, sqlite3.Connection | None] | None = None
+
+
+def _cache_path() -> Path:
+    from .indexdb import INDEX_DIR
+
+    return Path(settings.MEMORY_ROOT) / INDEX_DIR / CACHE_FILE
+
+
+def _read_conn() -> sqlite3.Connection | None:
+    global _reader
+    path = _cache_path()
+    try:
+        inode = os.stat(path).st_ino  # a replaced file (a corrupt cache started afresh) is reopened
+    except FileNotFoundError:
+        inode = 0
+    if _reader is not None and _reader[:3] == (os.getpid(), path, inode):
+        return _reader[3]
+    close_reader()
+    conn: sqlite3.Connection | None = None
+    if inode:
+        try:
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+            conn.execute("SELECT hash FROM terms LIMIT 1").fetchall()
+        except sqlite3.Error:
+            # No table yet, or an unreadable file: every lookup is a miss (the rebuild
+            # writes the entries; a corrupt file is replaced when the index attaches it).
+            conn = None
+    _reader = (os.getpid(), path, inode, conn)
+    return conn
+
+
+def close_reader() -> None:
+    """Forget this process's read connection (after a rebuild replaced entries, tests)."""
+    global _reader
+    if _reader is not None and _reader[3] is not None and _reader[0] == os.getpid():
+        with contextlib.suppress(sqlite3.Error):
+            _reader[3].close()
+    _reader = None
+
+
+def _cached_terms(thash: str) -> str | None:
+    conn = _read_conn()
+    if conn is None:
+        return None
+    try:
+        row = conn.execute("SELECT terms FROM terms WHERE hash = ?", (thash,)).fetchone()
+    except sqlite3.Error:
+        return None
+    return row[0] if row else None
+
+
+def lookup(text: str) -> Terms:
+    """The terms of `text`: from the cache when it has them, else tokenized."""
+    thash = terms_hash(text)
+    if _mode == "use":
+        cached = _cached_terms(thash)
+        if cached is not None:
+            return Terms(thash, cached, fresh=False)
+        return Terms(thash, document_terms(text), fresh=True)
+    terms = document_terms(text)
+    if _mode == "verify":
+        cached = _cached_terms(thash)
+        return Terms(thash, terms, fresh=cached is None, corrupt=cached is not None and cached != terms)
+    return Terms(thash, terms, fresh=True)
+
+
+def store(conn: sqlite3.Connection, entries: Iterable[tuple[str, str]]) -> None:
+    """Inside an index write transaction: remember ``(hash, terms)`` pairs."""
+    conn.executemany("INSERT OR REPLACE INTO vc.terms (hash, terms) VALUES (?, ?)", entries)
+
+
+def forget_unused(conn: sqlite3.Connection, hashes: Iterable[str | None]) -> None:
+    """Inside the index's write transaction: drop the terms no index row names any more
+    (erasure must not leave the erased words behind in the cache)."""
+    conn.executemany(
+        "DELETE FROM vc.terms WHERE hash = ? AND NOT EXISTS (SELECT 1 FROM main.cards WHERE thash = ?)",
+        [(h, h) for h in set(hashes) if h],
+    )
+
+
+def prune(conn: sqlite3.Connection) -> int:
+    """After a full rebuild: drop every entry no row names."""
+    return conn.execute(
+        "DELETE FROM vc.terms WHERE NOT EXISTS (SELECT 1 FROM main.cards WHERE thash = vc.terms.hash)"
+    ).rowcount
