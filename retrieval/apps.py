@@ -15,4 +15,6 @@ class RetrievalConfig(AppConfig):
         hooks.on_cards_changed(index.on_cards_changed)
         hooks.on_cards_writing(index.prepare)
         # A rebuild's tokenizing runs in the scanning processes, on every core.
-        mirror.add_scan_extra("terms", index.scan_terms, prepare=tokenize.warm)
+        # Only jieba is loaded before the fork: the embedding model is not needed to scan
+        # (vectors are embedded afterwards, and only for texts the cache lacks).
+        mirror.add_scan_extra("terms", index.scan_terms, prepare=tokenize.load_dictionary)

@@ -76,8 +76,11 @@ def bypassed() -> bool:
     return _mode == "bypass"
 
 
-# One read-only connection per process (a forked worker opens its own).
-_reader: tuple[int, Path, int, sqlite3.Connection | None] | None = None
+# One read-only connection per process (a forked worker opens its own), checked by
+# (pid, MEMORY_ROOT) only: a stat or a Path per card cost more than the lookup itself.
+# Entries are immutable (the key is the text's hash), so a reader left on a replaced
+# file reads nothing wrong; rebuilds close it anyway (`close_reader`).
+_reader: tuple[int, str, sqlite3.Connection | None] | None = None
 
 
 def _cache_path() -> Path:
@@ -88,16 +91,13 @@ def _cache_path() -> Path:
 
 def _read_conn() -> sqlite3.Connection | None:
     global _reader
-    path = _cache_path()
-    try:
-        inode = os.stat(path).st_ino  # a replaced file (a corrupt cache started afresh) is reopened
-    except FileNotFoundError:
-        inode = 0
-    if _reader is not None and _reader[:3] == (os.getpid(), path, inode):
-        return _reader[3]
+    root = str(settings.MEMORY_ROOT)
+    if _reader is not None and _reader[0] == os.getpid() and _reader[1] == root:
+        return _reader[2]
     close_reader()
+    path = _cache_path()
     conn: sqlite3.Connection | None = None
-    if inode:
+    if path.exists():
         try:
             conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
             conn.execute("SELECT hash FROM terms LIMIT 1").fetchall()
@@ -105,16 +105,16 @@ def _read_conn() -> sqlite3.Connection | None:
             # No table yet, or an unreadable file: every lookup is a miss (the rebuild
             # writes the entries; a corrupt file is replaced when the index attaches it).
             conn = None
-    _reader = (os.getpid(), path, inode, conn)
+    _reader = (os.getpid(), root, conn)
     return conn
 
 
 def close_reader() -> None:
     """Forget this process's read connection (after a rebuild replaced entries, tests)."""
     global _reader
-    if _reader is not None and _reader[3] is not None and _reader[0] == os.getpid():
+    if _reader is not None and _reader[2] is not None and _reader[0] == os.getpid():
         with contextlib.suppress(sqlite3.Error):
-            _reader[3].close()
+            _reader[2].close()
     _reader = None
 
 

@@ -350,6 +350,7 @@ def rebuild_from_snapshot(
     path = index_path()
     make_private_dirs(path.parent)
     _close_handle()
+    derived.close_reader()
     with _rebuild_lock(path):
         conn: sqlite3.Connection | None = None
         try:
