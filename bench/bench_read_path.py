@@ -217,7 +217,6 @@ def main() -> None:
     from retrieval import render as render_module
 
     def cold() -> None:
-        render_module._text_tokens.cache_clear()
         render_module._piece_tokens.cache_clear()
         heavy()
 

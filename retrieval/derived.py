@@ -30,11 +30,13 @@ from typing import NamedTuple
 
 from django.conf import settings
 
+from .render import fact_tail_tokens
 from .tokenize import document_terms
 
 # Part of every terms hash: bump it whenever `document_terms` would give other tokens
-# (dictionary, stemmer, stop-words in documents), and every cached entry is a miss.
-TOKENIZER_ID = "jieba-snowball-1"
+# (dictionary, stemmer, stop-words in documents) or `render.fact_tail` another line, and
+# every cached entry is a miss.
+TOKENIZER_ID = "jieba-snowball-cl100k-1"
 CACHE_FILE = "vectors.sqlite3"
 
 # The table itself is created with the vectors' when the file is attached
@@ -52,7 +54,8 @@ class Terms(NamedTuple):
 
     hash: str
     terms: str
-    fresh: bool
+    ntok: int  # tokens of the card's fact line after its category (`render.fact_tail_tokens`)
+    fresh: bool = True
     corrupt: bool = False
 
 
@@ -118,35 +121,38 @@ def close_reader() -> None:
     _reader = None
 
 
-def _cached_terms(thash: str) -> str | None:
+def _cached(thash: str) -> tuple[str, int] | None:
     conn = _read_conn()
     if conn is None:
         return None
     try:
-        row = conn.execute("SELECT terms FROM terms WHERE hash = ?", (thash,)).fetchone()
+        return conn.execute("SELECT terms, ntok FROM terms WHERE hash = ?", (thash,)).fetchone()
     except sqlite3.Error:
         return None
-    return row[0] if row else None
+
+
+def compute(text: str) -> Terms:
+    """Everything derived from `text`, computed (no cache)."""
+    return Terms(terms_hash(text), document_terms(text), fact_tail_tokens(text))
 
 
 def lookup(text: str) -> Terms:
-    """The terms of `text`: from the cache when it has them, else tokenized."""
+    """The derived data of `text`: from the cache when it has them, else computed."""
+    if _mode == "bypass":
+        return compute(text)
     thash = terms_hash(text)
+    cached = _cached(thash)
     if _mode == "use":
-        cached = _cached_terms(thash)
         if cached is not None:
-            return Terms(thash, cached, fresh=False)
-        return Terms(thash, document_terms(text), fresh=True)
-    terms = document_terms(text)
-    if _mode == "verify":
-        cached = _cached_terms(thash)
-        return Terms(thash, terms, fresh=cached is None, corrupt=cached is not None and cached != terms)
-    return Terms(thash, terms, fresh=True)
+            return Terms(thash, cached[0], cached[1], fresh=False)
+        return Terms(thash, document_terms(text), fact_tail_tokens(text))
+    made = compute(text)
+    return made._replace(fresh=cached is None, corrupt=cached is not None and tuple(cached) != made[1:3])
 
 
-def store(conn: sqlite3.Connection, entries: Iterable[tuple[str, str]]) -> None:
-    """Inside an index write transaction: remember ``(hash, terms)`` pairs."""
-    conn.executemany("INSERT OR REPLACE INTO vc.terms (hash, terms) VALUES (?, ?)", entries)
+def store(conn: sqlite3.Connection, entries: Iterable[tuple[str, str, int]]) -> None:
+    """Inside an index write transaction: remember ``(hash, terms, ntok)`` entries."""
+    conn.executemany("INSERT OR REPLACE INTO vc.terms (hash, terms, ntok) VALUES (?, ?, ?)", entries)
 
 
 def forget_unused(conn: sqlite3.Connection, hashes: Iterable[str | None]) -> None:

@@ -53,7 +53,6 @@ from .indexdb import (  # noqa: F401 - re-exported: callers use `index.connectio
     is_corruption,
     reset,
 )
-from .tokenize import document_terms
 
 log = logging.getLogger(__name__)
 
@@ -61,18 +60,19 @@ Progress = Callable[[int, int], None]
 
 _COLUMNS = (
     "id, scope, bucket, user_id, agent_name, project_id, category, confidence, created_at, created_ts, "
-    "expires_ts, content, terms, dl, sig, vhash, thash"
+    "expires_ts, content, terms, dl, sig, vhash, thash, ntok"
 )
-_INSERT = f"INSERT INTO cards ({_COLUMNS}) VALUES ({', '.join('?' * 17)})"
+_INSERT = f"INSERT INTO cards ({_COLUMNS}) VALUES ({', '.join('?' * 18)})"
 _UPDATE = (
     "UPDATE cards SET scope=?, bucket=?, user_id=?, agent_name=?, project_id=?, category=?, confidence=?, "
-    "created_at=?, created_ts=?, expires_ts=?, content=?, terms=?, dl=?, sig=?, vhash=?, thash=? WHERE rid=?"
+    "created_at=?, created_ts=?, expires_ts=?, content=?, terms=?, dl=?, sig=?, vhash=?, thash=?, ntok=? WHERE rid=?"
 )
 _CONTENT = 11  # positions in a row
 _TERMS = 12
 _SIG = 14
 _VHASH = 15
 _THASH = 16
+_NTOK = 17
 _DF_UP = "INSERT INTO df (term, n) VALUES (?, 1) ON CONFLICT (term) DO UPDATE SET n = n + 1"
 _DF_DOWN = "UPDATE df SET n = n - 1 WHERE term = ?"
 _STATS_ADD = (
@@ -131,14 +131,14 @@ def indexed(card: Card) -> bool:
 
 # Terms of recently written contents: `prepare` tokenizes a batch while its files are
 # being fsynced, `update` then finds the terms here. Bounded; a miss only costs time.
-_recent_terms: dict[str, str] = {}
+_recent_terms: dict[str, derived.Terms] = {}
 _RECENT_TERMS = 4096
 
 
-def _terms(content: str) -> str:
+def _terms(content: str) -> derived.Terms:
     terms = _recent_terms.get(content)
     if terms is None:
-        terms = document_terms(content)
+        terms = derived.compute(content)
         if len(_recent_terms) >= _RECENT_TERMS:
             _recent_terms.clear()
         _recent_terms[content] = terms
@@ -146,8 +146,9 @@ def _terms(content: str) -> str:
 
 
 def row_for(card: Card, terms: derived.Terms | None = None) -> tuple:
-    text = terms.terms if terms is not None else _terms(card.content)
-    thash = terms.hash if terms is not None else derived.terms_hash(card.content)
+    if terms is None:
+        terms = _terms(card.content)
+    text = terms.terms
     bucket = card_bucket(card)
     return (
         card.id,
@@ -166,14 +167,15 @@ def row_for(card: Card, terms: derived.Terms | None = None) -> tuple:
         len(text.split()),
         signature(card),
         vectors.content_hash(card.content) if vectors.enabled() else None,
-        thash,
+        terms.hash,
+        terms.ntok,
     )
 
 
 def _with_vectors(rows: list[tuple], have: set[str]) -> list[tuple]:
     """`rows` with ``vhash`` cleared where the cache holds no vector (the embedding
     failed): such a row is still found lexically and shows up as vector drift."""
-    return [row if row[_VHASH] is None or row[_VHASH] in have else (*row[:_VHASH], None, row[_THASH]) for row in rows]
+    return [row if row[_VHASH] is None or row[_VHASH] in have else (*row[:_VHASH], None, *row[_THASH:]) for row in rows]
 
 
 def _ensure_vectors(conn: sqlite3.Connection, rows: Sequence[tuple], **options: object) -> set[str]:
@@ -220,7 +222,12 @@ def _fill(
             # Terms the scan had to compute go into the cache for the next rebuild.
             scanned = [item.extra.get("terms") for item in chunk]
             derived.store(
-                conn, [(row[_THASH], row[_TERMS]) for row, t in zip(rows, scanned, strict=True) if t is None or t.fresh]
+                conn,
+                [
+                    (row[_THASH], row[_TERMS], row[_NTOK])
+                    for row, t in zip(rows, scanned, strict=True)
+                    if t is None or t.fresh
+                ],
             )
             for row in rows:
                 words = row[_TERMS].split()
@@ -272,7 +279,7 @@ def _apply(conn: sqlite3.Connection, puts: Sequence[tuple], removals: Iterable[s
     try:
         dropped: list[str] = []
         dropped_terms: list[str] = []
-        learned: list[tuple[str, str]] = []
+        learned: list[tuple[str, str, int]] = []
         for fact_id in removals:
             old = conn.execute("SELECT rid, scope, terms, vhash, thash FROM cards WHERE id = ?", (fact_id,)).fetchone()
             if old is not None:
@@ -300,11 +307,11 @@ def _apply(conn: sqlite3.Connection, puts: Sequence[tuple], removals: Iterable[s
                 dropped.append(old[4])
                 dropped_terms.append(old[5])
             _learn(conn, rid, row[1], row[_TERMS])
-            learned.append((row[_THASH], row[_TERMS]))
+            learned.append((row[_THASH], row[_TERMS], row[_NTOK]))
         vectors.forget_unused(conn, dropped)
         # The write path fills the terms cache too, so a rebuild after it tokenizes nothing.
         derived.store(conn, learned)
-        derived.forget_unused(conn, [h for h in dropped_terms if h not in {t for t, _ in learned}])
+        derived.forget_unused(conn, [h for h in dropped_terms if h not in {t for t, _, _ in learned}])
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")

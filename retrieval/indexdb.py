@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 # Bump when the schema or the tokenization changes: an index of another version is
 # rebuilt on first use, and its rows count as changed in `drift`.
-SCHEMA_VERSION = 6  # 5: vector hashes (vhash) and stemmed English terms; 6: terms hashes (thash)
+SCHEMA_VERSION = 6  # 5: vector hashes (vhash) and stemmed English terms; 6: terms hashes, line tokens
 INDEX_DIR = ".retrieval"
 INDEX_FILE = "index.sqlite3"
 BUSY_TIMEOUT_MS = 30_000
@@ -52,7 +52,8 @@ CREATE TABLE IF NOT EXISTS cards (
     dl INTEGER NOT NULL,
     sig TEXT NOT NULL,
     vhash TEXT,
-    thash TEXT
+    thash TEXT,
+    ntok INTEGER
 );
 -- Vector search reads one bucket's (id, vector hash) pairs; erasure asks whether any
 -- other row still holds a vector hash before dropping the vector.

@@ -69,7 +69,9 @@ def test_it_rebuilds_after_a_hand_edit_by_redoing_only_the_edited_card(
     assert work["tokenized"] == [] and work["embedded"] == []
     store.write_card(cards[2].model_copy(update={"content": "Keeps the staging database in 时区 UTC."}))
     _reindex()
-    assert work["tokenized"] == ["Keeps the staging database in 时区 UTC."]
+    # Only the edited card (the scan reads it; the revision that records the hand edit
+    # goes through the write path, which tokenizes what it writes).
+    assert set(work["tokenized"]) == {"Keeps the staging database in 时区 UTC."}
     assert work["embedded"] == ["Keeps the staging database in 时区 UTC."]
     assert _found("staging") == [cards[2].id]
     assert _check()[0] == 0
