@@ -270,6 +270,7 @@ def _render(
     chosen_facts: list[str] = []
     included: list[str] = []
     correction_used = 0
+    facts_used = 0  # the "facts" part's tokens (header included), for `sections`
 
     # Pieces end with a newline and start with a non-space character, so cl100k never
     # merges across them and the sum of the pieces' counts is the count of the text.
@@ -296,6 +297,8 @@ def _render(
             used += cost
             if is_correction:
                 correction_used += cost
+            else:
+                facts_used += cost
 
     if not kept and not included:
         return result  # nothing to say: no block at all
@@ -324,8 +327,16 @@ def _render(
     result.sections = {"frame": frame_tokens}
     for name, _ in kept:
         result.sections[name] = section_tokens[name]
+    # The parts' counts as the loop added them (a back-off above recounts from the lines).
+    exact = tokens == used
     if chosen_corrections:
-        result.sections["corrections"] = _piece_tokens(CORRECTIONS_HEADER) + sum(map(_piece_tokens, chosen_corrections))
+        result.sections["corrections"] = (
+            correction_used
+            if exact
+            else _piece_tokens(CORRECTIONS_HEADER) + sum(map(_piece_tokens, chosen_corrections))
+        )
     if chosen_facts:
-        result.sections["facts"] = _piece_tokens(FACTS_HEADER) + sum(map(_piece_tokens, chosen_facts))
+        result.sections["facts"] = (
+            facts_used if exact else _piece_tokens(FACTS_HEADER) + sum(map(_piece_tokens, chosen_facts))
+        )
     return result
