@@ -48,6 +48,7 @@ from .indexdb import (  # noqa: F401 - re-exported: callers use `index.connectio
     _remove_files,
     _retrying,
     _schema_ok,
+    after_write,
     connection,
     index_path,
     is_corruption,
@@ -273,10 +274,12 @@ def _learn(conn: sqlite3.Connection, rid: int, scope: str, terms: str) -> None:
 
 
 def _apply(conn: sqlite3.Connection, puts: Sequence[tuple], removals: Iterable[str]) -> None:
+    new_vectors: list[tuple[str, bytes]] = []
     if any(row[_VHASH] is not None for row in puts):
-        puts = _with_vectors(list(puts), _ensure_vectors(conn, puts))
+        puts = _with_vectors(list(puts), _ensure_vectors(conn, puts, defer=new_vectors))
     conn.execute("BEGIN IMMEDIATE")
     try:
+        vectors.store(conn, new_vectors)
         dropped: list[str] = []
         dropped_terms: list[str] = []
         learned: list[tuple[str, str, int]] = []
@@ -325,6 +328,7 @@ def update(written: Sequence[Card], deleted: Sequence[Card]) -> None:
     removals = [card.id for card in written if not indexed(card)] + [card.id for card in deleted]
     if puts or removals:
         _retrying(lambda conn: _apply(conn, puts, removals))
+        after_write(index_path())
 
 
 def prepare(cards: Sequence[Card]) -> None:

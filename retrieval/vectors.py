@@ -211,13 +211,16 @@ def ensure(
     *,
     progress: Callable[[int, int], None] | None = None,
     no_cache: bool = False,
+    defer: list[tuple[str, bytes]] | None = None,
 ) -> set[str]:
     """Make sure the cache holds a vector for every ``hash → text`` of `texts`; return
     the hashes that have one afterwards. Runs outside the index's write transaction
     (embedding 1,000 texts takes about a second) and commits in small batches, so a
     writer never waits on it for long. An embedding failure is logged and leaves those
     hashes without a vector: search then ranks them lexically, and ``reindex --check``
-    reports them as vector drift."""
+    reports them as vector drift. With `defer`, the new vectors are appended to it
+    instead, for the caller to `store` inside its own transaction (one commit per
+    update instead of two)."""
     hashes = list(texts)
     have = set() if no_cache else cached(conn, hashes)
     todo = [h for h in hashes if h not in have]
@@ -232,18 +235,25 @@ def ensure(
             vecs = None
         if vecs is not None:
             ready.update(zip(missing, (to_blob(v) for v in vecs), strict=True))
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.executemany("INSERT OR REPLACE INTO vc.vectors (hash, vec) VALUES (?, ?)", ready.items())
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        if defer is not None:
+            defer.extend(ready.items())
+        else:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                store(conn, ready.items())
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
         have.update(ready)
         done += len(chunk)
         if progress:
             progress(done, total)
     return have
+
+
+def store(conn: sqlite3.Connection, rows: Iterable[tuple[str, bytes]]) -> None:
+    conn.executemany("INSERT OR REPLACE INTO vc.vectors (hash, vec) VALUES (?, ?)", rows)
 
 
 def malformed(conn: sqlite3.Connection, hashes: Iterable[str]) -> list[str]:
