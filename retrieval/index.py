@@ -238,6 +238,10 @@ def _fill(
             if progress:
                 progress(min(start + step, total), total)
         conn.execute("INSERT INTO fts(fts) VALUES('rebuild')")
+        # Leave one segment: right after a 'rebuild', FTS5's automerge folded the fresh
+        # segments into the first updates' commits (CPU p99 12 ms at 100k rows, 2 ms
+        # once merged). Merging here costs ~0.15 s at 100k.
+        conn.execute("INSERT INTO fts(fts) VALUES('optimize')")
         conn.execute("DELETE FROM df")
         conn.executemany("INSERT INTO df (term, n) VALUES (?, ?)", freq.items())
         conn.execute("DELETE FROM stats")
