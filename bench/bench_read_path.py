@@ -2,8 +2,13 @@
 
     .venv/bin/python bench/bench_read_path.py [--quick]
 
-Prints: rebuild from the files (index alone, and the whole ``reindex`` with the mirror)
-in cards/s with peak RSS; a single card's incremental index update at 100k rows;
+Prints: the rate at which one process reads card files and parses their front matter
+with PyYAML's C loader (the yardstick of issue 23: on a shared machine a rebuild is
+judged as a ratio to it, measured in the same run); rebuild from the files (index
+alone, and the whole ``reindex`` with the mirror) with the derived-data cache warm, in
+cards/s, with that ratio and peak RSS; a single card's incremental index update at 100k
+rows (its terms and vector prepared first, as the write path does while it fsyncs);
+lexical search (embeddings off) p99;
 search latency over 1,000 short and 300 natural-language queries scoped to one
 user × agent; render latency for agents with 25 and 1,000 facts; the RSS of this
 process after serving all of it. Latencies are given as wall time and as this
@@ -27,15 +32,33 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpus
 
+# Issue 23's targets (100k cards, this 2-core machine). Hybrid search's own targets
+# (p50 ≤ 3 ms, p99 ≤ 10 ms, serving RSS ≤ 350 MB) are judged by bench_hybrid.py.
 TARGETS = {
-    "rebuild_cards_per_s": 7000,
-    "rebuild_peak_rss_mb": 600,
-    "update_p50_ms": 2,
-    "search_p50_ms": 2,
-    "search_p99_ms": 10,
-    "render_p50_ms": 2,
-    "serving_rss_mb": 300,
+    "reindex_cards_per_s": 12000,
+    "reindex_ratio": 0.75,  # × the single-process read + CSafeLoader rate
+    "index_rebuild_cards_per_s": 15000,
+    "rebuild_peak_rss_mb": 500,
+    "update_p99_ms": 2,
+    "lexical_search_p99_ms": 1,
+    "render_25_p50_ms": 0.45,
+    "render_1000_p50_ms": 0.6,
 }
+
+
+def _read_parse_rate(root: Path, sample: int = 20000) -> float:
+    """Cards/s of one process reading card files and parsing their front matter with
+    ``yaml.CSafeLoader`` (nothing else): what issue 23 compares a rebuild with."""
+    import yaml
+
+    paths = sorted((root / "memory" / "users").glob("*/agents/*/facts/*/*.md"))
+    step = max(1, len(paths) // sample)
+    picked = paths[::step][:sample]
+    started = time.perf_counter()
+    for path in picked:
+        text = path.read_text(encoding="utf-8")
+        yaml.load(text.split("---\n", 2)[1], Loader=yaml.CSafeLoader)
+    return len(picked) / (time.perf_counter() - started)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -88,7 +111,18 @@ print(json.dumps({"cards": len(snap.cards), "seconds": wall,
 
 def _rebuilds(root: Path) -> dict:
     env = corpus.django_env(root)
-    results = {}
+    results: dict = {}
+    # Once first so the cache of derived data is warm (a no-op when it already is).
+    subprocess.run(
+        [sys.executable, str(corpus.BASE_DIR / "manage.py"), "reindex", "--no-progress", "--skip-checks"],
+        env=env,
+        cwd=corpus.BASE_DIR,
+        capture_output=True,
+        check=True,
+    )
+    rate = _read_parse_rate(root)
+    results["read_parse_cards_per_s"] = round(rate)
+    print(f"{'read + CSafeLoader, one process':<38} {rate:8,.0f} cards/s  (the yardstick)", flush=True)
     started = time.monotonic()
     out = subprocess.run(
         [sys.executable, "-c", _INDEX_ONLY], env=env, cwd=corpus.BASE_DIR, capture_output=True, text=True, check=True
@@ -97,6 +131,7 @@ def _rebuilds(root: Path) -> dict:
     rate = data["cards"] / data["seconds"]
     results["index_rebuild"] = {
         "cards": data["cards"],
+        "ratio": round(rate / results["read_parse_cards_per_s"], 2),
         "seconds": round(data["seconds"], 2),
         "cards_per_s": round(rate),
         "cards_per_cpu_s": round(data["cards"] / data["cpu_s"]),
@@ -104,7 +139,8 @@ def _rebuilds(root: Path) -> dict:
     }
     print(
         f"{'index rebuild from the files':<38} {rate:8,.0f} cards/s  ({data['cards']} cards in {data['seconds']:.1f}s, "
-        f"{data['cards'] / data['cpu_s']:,.0f} cards per CPU-second over all processes, peak RSS {data['peak_mb']:.0f} MB)",
+        f"{data['cards'] / data['cpu_s']:,.0f} cards per CPU-second over all processes, peak RSS {data['peak_mb']:.0f} MB, "
+        f"{rate / results['read_parse_cards_per_s']:.2f} × read+parse)",
         flush=True,
     )
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -123,6 +159,7 @@ def _rebuilds(root: Path) -> dict:
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     results["reindex"] = {
         "cards": data["cards"],
+        "ratio": round(data["cards"] / wall / results["read_parse_cards_per_s"], 2),
         "seconds": round(wall, 2),
         "cards_per_s": round(data["cards"] / wall),
         "cards_per_cpu_s": round(data["cards"] / cpu),
@@ -131,7 +168,7 @@ def _rebuilds(root: Path) -> dict:
     print(
         f"{'reindex (mirror + index) from files':<38} {data['cards'] / wall:8,.0f} cards/s  ({wall:.1f}s, "
         f"{data['cards'] / cpu:,.0f} cards per CPU-second, peak RSS of the largest process "
-        f"{after.ru_maxrss / 1024:.0f} MB)",
+        f"{after.ru_maxrss / 1024:.0f} MB, {data['cards'] / wall / results['read_parse_cards_per_s']:.2f} × read+parse)",
         flush=True,
     )
     return results
@@ -184,6 +221,8 @@ def main() -> None:
         card = store.read_card(Bucket(user_id=user, agent_name=agent), card_id)
         assert card is not None
         cards.append((card, card.model_copy(update={"content": card.content + f" edited {n}"})))
+    # Tokenized and embedded first, as the write path does while its files are fsynced.
+    index.prepare([e for _, e in cards] + [o for o, _ in cards])
     figures["update"] = _lat(
         "incremental update (1 card, 100k rows)",
         lambda: None,
@@ -206,6 +245,13 @@ def main() -> None:
     )
     hits = sum(len(scoped(q)()) for q in short[:200]) / 200  # type: ignore[arg-type]
     print(f"  (short queries return {hits:.1f} hits on average)")
+    from django.conf import settings
+
+    settings.MEMORY_EMBEDDINGS = False
+    figures["search_lexical"] = _lat(
+        "lexical search (embeddings off), short", lambda: None, runs=[scoped(q) for q in short]
+    )
+    settings.MEMORY_EMBEDDINGS = True
 
     def render(user: str, agent: str) -> Callable[[], object]:
         return lambda: render_context(user_id=user, agent_name=agent, now=now)
@@ -217,7 +263,6 @@ def main() -> None:
     from retrieval import render as render_module
 
     def cold() -> None:
-        render_module._text_tokens.cache_clear()
         render_module._piece_tokens.cache_clear()
         heavy()
 
@@ -232,50 +277,43 @@ def main() -> None:
     figures["serving_peak_rss_mb"] = round(hwm)
     print(f"{'serving process RSS':<38} {rss:.0f} MB (peak {hwm:.0f} MB)")
 
-    print("== against the targets")
+    print("== against the targets (issue 23)")
+    rebuilt = figures.get("index_rebuild") or {}
+    whole = figures.get("reindex") or {}
     checks = [
+        ("reindex ≥ 12,000 cards/s (warm)", whole.get("cards_per_s"), TARGETS["reindex_cards_per_s"], True),
+        ("reindex ≥ 0.75 × read+parse", whole.get("ratio"), TARGETS["reindex_ratio"], True),
         (
-            "index rebuild ≥ 7,000 cards/s",
-            figures.get("index_rebuild", {}).get("cards_per_s"),
-            TARGETS["rebuild_cards_per_s"],
+            "index rebuild ≥ 15,000 cards/s (warm)",
+            rebuilt.get("cards_per_s"),
+            TARGETS["index_rebuild_cards_per_s"],
             True,
-        ),  # type: ignore[union-attr]
-        (
-            "rebuild peak RSS ≤ 600 MB",
-            figures.get("reindex", {}).get("peak_rss_mb"),
-            TARGETS["rebuild_peak_rss_mb"],
-            False,
-        ),  # type: ignore[union-attr]
-        ("update p50 ≤ 2 ms", figures["update"]["p50_ms"], TARGETS["update_p50_ms"], False),  # type: ignore[index]
-        ("short search p50 ≤ 2 ms", figures["search_short"]["p50_ms"], TARGETS["search_p50_ms"], False),  # type: ignore[index]
-        ("short search p99 ≤ 10 ms", figures["search_short"]["p99_ms"], TARGETS["search_p99_ms"], False),  # type: ignore[index]
-        ("natural search p50 ≤ 2 ms", figures["search_natural"]["p50_ms"], TARGETS["search_p50_ms"], False),  # type: ignore[index]
-        ("natural search p99 ≤ 10 ms", figures["search_natural"]["p99_ms"], TARGETS["search_p99_ms"], False),  # type: ignore[index]
-        ("render p50 ≤ 2 ms at 1,000 facts", figures["render_1000"]["p50_ms"], TARGETS["render_p50_ms"], False),  # type: ignore[index]
-        ("serving RSS ≤ 300 MB", figures["serving_rss_mb"], TARGETS["serving_rss_mb"], False),
+        ),
+        ("rebuild peak RSS ≤ 500 MB", whole.get("peak_rss_mb"), TARGETS["rebuild_peak_rss_mb"], False),
+        ("update p99 ≤ 2 ms", figures["update"]["p99_ms"], TARGETS["update_p99_ms"], False),  # type: ignore[index]
+        ("lexical search p99 ≤ 1 ms", figures["search_lexical"]["p99_ms"], TARGETS["lexical_search_p99_ms"], False),  # type: ignore[index]
+        ("render 25 facts p50 ≤ 0.45 ms", figures["render_25"]["p50_ms"], TARGETS["render_25_p50_ms"], False),  # type: ignore[index]
+        ("render 1,000 facts p50 ≤ 0.6 ms", figures["render_1000"]["p50_ms"], TARGETS["render_1000_p50_ms"], False),  # type: ignore[index]
     ]
     for label, value, target, higher in checks:
         if value is None:
-            print(f"  {label:<36} not measured")
+            print(f"  {label:<40} not measured")
             continue
         ok = value >= target if higher else value <= target
-        print(f"  {label:<36} {value:>10}  {'ok' if ok else 'MISSED'}")
-    rebuilt = figures.get("index_rebuild")
-    if isinstance(rebuilt, dict) and rebuilt["cards_per_s"] < TARGETS["rebuild_cards_per_s"]:
+        print(f"  {label:<40} {value:>10}  {'ok' if ok else 'MISSED'}")
+    print(
+        "  (latencies are wall time; their CPU time is printed beside them above: on this shared machine a gap "
+        "between the two is other processes' load)"
+    )
+    if rebuilt and rebuilt.get("cards_per_s", 0) < TARGETS["index_rebuild_cards_per_s"]:
         cores = os.cpu_count() or 1
         print(
-            f"  what bounds the rebuild: {rebuilt['cards_per_cpu_s']:,} cards per CPU-second over all its processes, "
-            f"so at most ~{rebuilt['cards_per_cpu_s'] * cores:,} cards/s on {cores} idle cores. Per card, measured "
-            "alone: jieba ~85 µs for a Chinese card (~45 on average), front matter + pydantic ~42, open/read ~28, "
-            "folder walk ~23, pickling to the parent ~18 + ~45 to unpickle there (the parent is serial), "
-            "index rows + SQLite/FTS5 insert ~35 (serial, after the scan)."
-        )
-    heavy = figures["render_1000"]
-    if isinstance(heavy, dict) and heavy["p50_ms"] > TARGETS["render_p50_ms"]:
-        print(
-            "  what bounds the 1,000-fact render: listing 1,000 ids from the covering index (~0.3 ms), three small "
-            "DB queries (budgets, profile, expired ids), ~100 fact lines built and looked up; it measured 1.1–2.1 ms "
-            "across runs on this shared machine (CPU time tracks wall time: the variance is the machine)."
+            f"  what bounds the warm rebuild: {rebuilt['cards_per_cpu_s']:,} cards per CPU-second over all its "
+            f"processes, so at most ~{rebuilt['cards_per_cpu_s'] * cores:,} cards/s on {cores} idle cores. Per card, "
+            "measured alone: front matter + pydantic ~43 µs, open/read ~19, cache lookup ~10 (jieba ~85 µs only "
+            "on a miss), pickling ~20 + ~37 to unpickle in the serial parent, index rows + SQLite/FTS5 insert "
+            "~50 (serial, after the scan). A cold rebuild (`reindex --no-cache`) tokenizes every card and embeds "
+            "it (~1,300 texts/s): the embedding bounds it."
         )
     if args.json:
         print(json.dumps(figures))

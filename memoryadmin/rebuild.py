@@ -13,7 +13,7 @@ from typing import Any
 from facts import mirror
 from facts.mirror import Drift, FileSnapshot
 from facts.store import get_store
-from retrieval import index
+from retrieval import derived, index
 
 Progress = Callable[[int, int], None]
 
@@ -67,25 +67,31 @@ def _compare(snap: FileSnapshot) -> CheckReport:
     vector_drift = index.vector_drift(snap)
     if vector_drift is not None:
         report.parts["vectors"] = vector_drift
+    # The cache of derived data (issue 23): entries that disagree with their text.
+    report.parts["cache"] = index.cache_drift(snap)
     return report
 
 
 def check(*, progress: Progress | None = None) -> CheckReport:
     store = get_store()
-    snap = mirror.snapshot(store, progress=progress)
-    report = _compare(snap)
-    if not report.in_step:
-        # A commit that landed during the scan looks like drift; look again with
-        # commits held off for a moment, so only real drift is reported.
-        with store.commit_gate(exclusive=True):
-            mirror.refresh(store, snap)
-            report = _compare(snap)
+    # The scan tokenizes every card afresh and compares the cached terms with the result.
+    with derived.mode("verify"):
+        snap = mirror.snapshot(store, progress=progress)
+        report = _compare(snap)
+        if not report.in_step:
+            # A commit that landed during the scan looks like drift; look again with
+            # commits held off for a moment, so only real drift is reported.
+            with store.commit_gate(exclusive=True):
+                mirror.refresh(store, snap)
+                report = _compare(snap)
     return report
 
 
 def rebuild(*, progress: Progress | None = None, actor: str = "reindex", no_cache: bool = False) -> RebuildResult:
     store = get_store()
-    snap = mirror.snapshot(store, progress=progress)
+    # `no_cache`: every card is tokenized and embedded again, and the cache rewritten.
+    with derived.mode("bypass" if no_cache else "use"):
+        snap = mirror.snapshot(store, progress=progress)
     stats = mirror.rebuild_mirror(snap, actor=actor)
     result = RebuildResult(cards=stats.cards, profiles=stats.profiles, unreadable=stats.unreadable)
     result.extra["changed"] = stats.changed

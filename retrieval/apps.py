@@ -17,4 +17,6 @@ class RetrievalConfig(AppConfig):
         # Each machine's worker keeps its local index in step with the others' writes.
         hooks.on_worker_start(follow.start)
         # A rebuild's tokenizing runs in the scanning processes, on every core.
-        mirror.add_scan_extra("terms", index.scan_terms, prepare=tokenize.warm)
+        # Only jieba is loaded before the fork: the embedding model is not needed to scan
+        # (vectors are embedded afterwards, and only for texts the cache lacks).
+        mirror.add_scan_extra("terms", index.scan_terms, prepare=tokenize.load_dictionary)

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 # Bump when the schema or the tokenization changes: an index of another version is
 # rebuilt on first use, and its rows count as changed in `drift`.
-SCHEMA_VERSION = 5  # 5: vector hashes (vhash) and stemmed English terms
+SCHEMA_VERSION = 6  # 5: vector hashes (vhash) and stemmed English terms; 6: terms hashes, line tokens
 INDEX_DIR = ".retrieval"
 INDEX_FILE = "index.sqlite3"
 BUSY_TIMEOUT_MS = 30_000
@@ -51,12 +51,16 @@ CREATE TABLE IF NOT EXISTS cards (
     terms TEXT NOT NULL,
     dl INTEGER NOT NULL,
     sig TEXT NOT NULL,
-    vhash TEXT
+    vhash TEXT,
+    thash TEXT,
+    ntok INTEGER
 );
 -- Vector search reads one bucket's (id, vector hash) pairs; erasure asks whether any
 -- other row still holds a vector hash before dropping the vector.
 CREATE INDEX IF NOT EXISTS cards_vec ON cards (bucket, id, vhash, expires_ts);
 CREATE INDEX IF NOT EXISTS cards_vhash ON cards (vhash);
+-- Dropping a cached terms entry asks whether any other row still names it.
+CREATE INDEX IF NOT EXISTS cards_thash ON cards (thash);
 -- The render reads one bucket's cards, best first (render_context).
 -- Covering, so the listing never touches the wide rows; contents come by id after.
 CREATE INDEX IF NOT EXISTS cards_bucket ON cards (bucket, confidence DESC, id, category, expires_ts);
@@ -103,8 +107,63 @@ def _connect(path: Path) -> sqlite3.Connection:
     conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
+    # No checkpoint inside a writer's commit: one copied ~4 MB of WAL pages back and
+    # made an update's p99 25-33 ms against a p50 of 1.3 ms at 100k rows. `after_write`
+    # checkpoints on a background thread instead.
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    # A checkpointed WAL is cut back to this size when the log restarts (else its
+    # file keeps the largest size it ever had).
+    conn.execute(f"PRAGMA journal_size_limit={WAL_KEEP_BYTES}")
     vectors.attach(conn, path.parent)
+    conn.execute(f"PRAGMA vc.journal_size_limit={WAL_KEEP_BYTES}")
     return conn
+
+
+# Checkpoint once either WAL holds this much: what SQLite's own default (1,000 pages)
+# would have let it reach.
+CHECKPOINT_BYTES = 4 * 1024 * 1024
+WAL_KEEP_BYTES = 1024 * 1024
+# A WAL a reader keeps from being restarted stays big: look again only every so many
+# writes, not after each.
+CHECKPOINT_EVERY = 32
+_checkpointing = threading.Lock()
+_writes_since_checkpoint = 0
+
+
+def after_write(path: Path) -> None:
+    """After a write transaction committed: when a WAL has grown past
+    `CHECKPOINT_BYTES`, copy it back into its database on a background thread (PASSIVE:
+    it never waits for readers or blocks writers; what it cannot copy now, the next
+    one will). Costs the writer two stat calls."""
+    global _writes_since_checkpoint
+    _writes_since_checkpoint += 1
+    if _writes_since_checkpoint < CHECKPOINT_EVERY:
+        return
+    folder = path.parent
+    sizes = []
+    for name in (f"{path.name}-wal", f"{vectors.VECTORS_FILE}-wal"):
+        try:
+            sizes.append(os.stat(folder / name).st_size)
+        except FileNotFoundError:
+            sizes.append(0)
+    if max(sizes) < CHECKPOINT_BYTES or not _checkpointing.acquire(blocking=False):
+        return
+    _writes_since_checkpoint = 0
+
+    def checkpoint() -> None:
+        try:
+            conn = _connect(path)
+            try:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                conn.execute("PRAGMA vc.wal_checkpoint(PASSIVE)")
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            log.warning("checkpointing the search index's WAL failed; the next write tries again", exc_info=True)
+        finally:
+            _checkpointing.release()
+
+    threading.Thread(target=checkpoint, name="index-checkpoint", daemon=True).start()
 
 
 def _file_id(path: Path) -> tuple[int, int] | None:

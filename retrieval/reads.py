@@ -119,15 +119,15 @@ def bucket_queues(buckets: Sequence[str], now_ts: float) -> tuple[list[str], lis
     return result
 
 
-def contents(ids: Sequence[str]) -> dict[str, tuple[str, str]]:
-    """id → (category, content)."""
+def contents(ids: Sequence[str]) -> dict[str, tuple[str, str, int | None]]:
+    """id → (category, content, tokens of its fact line after the category)."""
     if not ids:
         return {}
     marks = ", ".join("?" * len(ids))
-    sql = f"SELECT id, category, content FROM cards WHERE id IN ({marks})"
+    sql = f"SELECT id, category, content, ntok FROM cards WHERE id IN ({marks})"
     rows = _retrying(lambda conn: conn.execute(sql, tuple(ids)).fetchall())
     assert isinstance(rows, list)
-    return {fact_id: (category, content) for fact_id, category, content in rows}
+    return {row[0]: row[1:] for row in rows}
 
 
 def count() -> int:

@@ -119,21 +119,26 @@ def escape(text: str) -> str:
     return html.escape(strip_controls(text), quote=False)
 
 
-def fact_line(category: str, content: str) -> str:
+def fact_tail(content: str) -> str:
     # One line per fact: inner newlines would let a fact fake a header.
-    return f"- [{category}] {escape(' '.join(content.split()))}\n"
+    return f" {escape(' '.join(content.split()))}\n"
+
+
+def fact_line(category: str, content: str) -> str:
+    return f"- [{category}]{fact_tail(content)}"
+
+
+def fact_tail_tokens(content: str) -> int:
+    """Tokens of a fact's line after its ``- [category]`` prefix. cl100k never merges
+    across that boundary (``]`` is punctuation, the tail starts with a space), so prefix
+    + tail is the line's count; the index keeps this per card (`retrieval.derived`), so
+    a render never encodes a fact's text."""
+    return count_tokens(fact_tail(content))
 
 
 @lru_cache(maxsize=65536)
 def _piece_tokens(piece: str) -> int:
     return count_tokens(piece)
-
-
-@lru_cache(maxsize=1024)
-def _text_tokens(text: str) -> int:
-    """The exact count of an assembled block; an agent's block is the same turn after
-    turn until its memory changes, so the check is usually a cache hit."""
-    return count_tokens(text)
 
 
 def _section_text(name: str, summary: str) -> str:
@@ -265,6 +270,7 @@ def _render(
     chosen_facts: list[str] = []
     included: list[str] = []
     correction_used = 0
+    facts_used = 0  # the "facts" part's tokens (header included), for `sections`
 
     # Pieces end with a newline and start with a non-space character, so cl100k never
     # merges across them and the sum of the pieces' counts is the count of the text.
@@ -275,9 +281,11 @@ def _render(
             if len(included) >= limits.top_n:
                 result.excluded += [(f, TOP_N) for f in queue[position:]]
                 break
-            category, content = text_of[fact_id]
+            category, content, tail_tokens = text_of[fact_id]
             line = fact_line(category, content)
-            cost = _piece_tokens(line) + (0 if lines else _piece_tokens(header))
+            if tail_tokens is None:  # not known to the index (never, short of a bug)
+                tail_tokens = fact_tail_tokens(content)
+            cost = _piece_tokens(f"- [{category}]") + tail_tokens + (0 if lines else _piece_tokens(header))
             if is_correction and correction_used + cost > limits.correction_budget:
                 result.excluded += [(f, CORRECTION_BUDGET) for f in queue[position:]]
                 break
@@ -289,14 +297,19 @@ def _render(
             used += cost
             if is_correction:
                 correction_used += cost
+            else:
+                facts_used += cost
 
     if not kept and not included:
         return result  # nothing to say: no block at all
     text = _assemble(kept, chosen_corrections, chosen_facts)
-    tokens = _text_tokens(text)
-    # The exact count of the assembled text decides; if it ever disagrees with the sum,
-    # back off from the last fact (the stop-at-first-misfit order is kept), then from
-    # the profile sections in their drop order.
+    # Every piece ends with a newline and the next starts with a non-space character, so
+    # cl100k never merges across pieces and the sum of their counts is the text's count
+    # (tests/test_properties_render.py holds it): encoding the whole block again cost as
+    # much as the rest of a render. Were the sum ever above the budget, back off from
+    # the last fact (the stop-at-first-misfit order is kept), then from the profile
+    # sections in their drop order, counting exactly.
+    tokens = used
     while tokens > limits.budget and (included or kept):
         if included:
             result.excluded.append((included.pop(), BUDGET))
@@ -314,8 +327,16 @@ def _render(
     result.sections = {"frame": frame_tokens}
     for name, _ in kept:
         result.sections[name] = section_tokens[name]
+    # The parts' counts as the loop added them (a back-off above recounts from the lines).
+    exact = tokens == used
     if chosen_corrections:
-        result.sections["corrections"] = _piece_tokens(CORRECTIONS_HEADER) + sum(map(_piece_tokens, chosen_corrections))
+        result.sections["corrections"] = (
+            correction_used
+            if exact
+            else _piece_tokens(CORRECTIONS_HEADER) + sum(map(_piece_tokens, chosen_corrections))
+        )
     if chosen_facts:
-        result.sections["facts"] = _piece_tokens(FACTS_HEADER) + sum(map(_piece_tokens, chosen_facts))
+        result.sections["facts"] = (
+            facts_used if exact else _piece_tokens(FACTS_HEADER) + sum(map(_piece_tokens, chosen_facts))
+        )
     return result

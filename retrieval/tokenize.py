@@ -70,6 +70,11 @@ def _load_jieba() -> Any:
     return _jieba
 
 
+def load_dictionary() -> None:
+    """Load jieba's dictionary now (before forking the scanning processes)."""
+    _load_jieba()
+
+
 def warm() -> None:
     """Load the dictionary, and the embedding model when hybrid search is on, now
     (before forking workers, which then share them, or at start-up)."""

@@ -46,8 +46,11 @@ EMBED_BATCH = 256
 # statement small).
 LOOKUP_BATCH = 500
 
+# The same file holds the cached index terms (`retrieval.derived`): one cache of
+# derived per-card data.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS vc.vectors (hash TEXT PRIMARY KEY, vec BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS vc.terms (hash TEXT PRIMARY KEY, terms TEXT NOT NULL, ntok INTEGER NOT NULL) WITHOUT ROWID;
 """
 
 
@@ -208,13 +211,16 @@ def ensure(
     *,
     progress: Callable[[int, int], None] | None = None,
     no_cache: bool = False,
+    defer: list[tuple[str, bytes]] | None = None,
 ) -> set[str]:
     """Make sure the cache holds a vector for every ``hash → text`` of `texts`; return
     the hashes that have one afterwards. Runs outside the index's write transaction
     (embedding 1,000 texts takes about a second) and commits in small batches, so a
     writer never waits on it for long. An embedding failure is logged and leaves those
     hashes without a vector: search then ranks them lexically, and ``reindex --check``
-    reports them as vector drift."""
+    reports them as vector drift. With `defer`, the new vectors are appended to it
+    instead, for the caller to `store` inside its own transaction (one commit per
+    update instead of two)."""
     hashes = list(texts)
     have = set() if no_cache else cached(conn, hashes)
     todo = [h for h in hashes if h not in have]
@@ -229,18 +235,42 @@ def ensure(
             vecs = None
         if vecs is not None:
             ready.update(zip(missing, (to_blob(v) for v in vecs), strict=True))
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.executemany("INSERT OR REPLACE INTO vc.vectors (hash, vec) VALUES (?, ?)", ready.items())
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        if defer is not None:
+            defer.extend(ready.items())
+        else:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                store(conn, ready.items())
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
         have.update(ready)
         done += len(chunk)
         if progress:
             progress(done, total)
     return have
+
+
+def store(conn: sqlite3.Connection, rows: Iterable[tuple[str, bytes]]) -> None:
+    conn.executemany("INSERT OR REPLACE INTO vc.vectors (hash, vec) VALUES (?, ?)", rows)
+
+
+def malformed(conn: sqlite3.Connection, hashes: Iterable[str]) -> list[str]:
+    """Which of `hashes` have a cached vector that cannot be one: wrong size, or a
+    value that is not finite, or not unit length (every stored vector is normalised)."""
+    bad: list[str] = []
+    for chunk in _chunks(list(dict.fromkeys(hashes)), LOOKUP_BATCH):
+        sql = _VECTORS_OF.format(marks=", ".join("?" * len(chunk)))
+        for h, blob in conn.execute(sql, tuple(chunk)):
+            if not isinstance(blob, bytes) or len(blob) != DIM * 2:
+                bad.append(h)
+                continue
+            vec = np.frombuffer(blob, dtype=np.float16).astype(np.float32)
+            norm = float(np.linalg.norm(vec))
+            if not np.isfinite(vec).all() or abs(norm - 1.0) > 0.01:
+                bad.append(h)
+    return bad
 
 
 def forget_unused(conn: sqlite3.Connection, hashes: Iterable[str]) -> None:

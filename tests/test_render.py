@@ -248,7 +248,7 @@ def _fake_store(monkeypatch, facts: list[tuple], profile: list[tuple[str, str]])
     ordered = sorted(facts, key=lambda f: (-f[2], f[0]))
     corrections = [f[0] for f in ordered if f[1] == "correction"]
     others = [f[0] for f in ordered if f[1] != "correction"]
-    texts = {fid: (cat, text) for fid, cat, _, text in facts}
+    texts = {fid: (cat, text, render.fact_tail_tokens(text)) for fid, cat, _, text in facts}  # as the index holds them
     monkeypatch.setattr(render, "_fact_rows", lambda *a: (corrections, others, []))
     monkeypatch.setattr(
         render, "_profile_sections", lambda user_id: [(n, render._section_text(n, s)) for n, s in profile]

@@ -33,7 +33,9 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="Print the report as JSON.")
         parser.add_argument("--no-progress", action="store_true", help="No progress bar.")
         parser.add_argument(
-            "--no-cache", action="store_true", help="Embed every card again instead of reusing cached vectors."
+            "--no-cache",
+            action="store_true",
+            help="Tokenize and embed every card again instead of reusing the cache of derived data (and rewrite it).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:

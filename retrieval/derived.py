@@ -1,0 +1,170 @@
+"""The cache of derived per-card data, keyed by content hash (issue 23).
+
+Re-tokenizing text that has not changed was most of a rebuild's time (jieba ≈ 85 µs of
+≈ 190 µs per card), and re-embedding it would be far worse (≈ 1,300 cards/s). So both
+are cached beside the index, in ONE file (``MEMORY_ROOT/.retrieval/vectors.sqlite3``,
+attached to every index connection as schema ``vc``; the name predates the tokens):
+
+``vc.terms``    hash of (tokenizer version, text) → the index terms of that text;
+``vc.vectors``  hash of (model id, text) → its sentence vector (`retrieval.vectors`).
+
+Every index row names both hashes (``thash``, ``vhash``); an entry no row names any
+more is deleted with its last row, so erased words do not linger in the cache. The file
+is derived data: deleting it only costs the next rebuild its speed, and
+``reindex --no-cache`` ignores it (and writes it afresh).
+
+A rebuild's scanning processes (`facts.mirror.snapshot`) look the terms up here
+before tokenizing, each through its own read-only connection; ``reindex --check``
+tokenizes every card again and reports entries that disagree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+from .render import fact_tail_tokens
+from .tokenize import document_terms
+
+# Part of every terms hash: bump it whenever `document_terms` would give other tokens
+# (dictionary, stemmer, stop-words in documents) or `render.fact_tail` another line, and
+# every cached entry is a miss.
+TOKENIZER_ID = "jieba-snowball-cl100k-1"
+CACHE_FILE = "vectors.sqlite3"
+
+# The table itself is created with the vectors' when the file is attached
+# (`retrieval.vectors.attach`).
+
+
+def terms_hash(text: str) -> str:
+    return hashlib.sha256(f"{TOKENIZER_ID}\x1e{text}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+class Terms(NamedTuple):
+    """A card's index terms as the scan found them: `fresh` when they were computed
+    (the cache missed, or was bypassed) and so still need to be stored; `corrupt` when
+    ``--check`` found the cached entry differs from what the tokenizer says now."""
+
+    hash: str
+    terms: str
+    ntok: int  # tokens of the card's fact line after its category (`render.fact_tail_tokens`)
+    fresh: bool = True
+    corrupt: bool = False
+
+
+# How the scanning processes use the cache: "use" (normal), "bypass" (--no-cache) or
+# "verify" (--check). Set in the parent before the workers fork; they inherit it.
+_mode = "use"
+
+
+@contextlib.contextmanager
+def mode(value: str) -> Iterator[None]:
+    global _mode
+    assert value in ("use", "bypass", "verify")
+    old, _mode = _mode, value
+    try:
+        yield
+    finally:
+        _mode = old
+
+
+def bypassed() -> bool:
+    return _mode == "bypass"
+
+
+# One read-only connection per process (a forked worker opens its own), checked by
+# (pid, MEMORY_ROOT) only: a stat or a Path per card cost more than the lookup itself.
+# Entries are immutable (the key is the text's hash), so a reader left on a replaced
+# file reads nothing wrong; rebuilds close it anyway (`close_reader`).
+_reader: tuple[int, str, sqlite3.Connection | None] | None = None
+
+
+def _cache_path() -> Path:
+    # Beside the index, wherever it is (MEMORY_INDEX_DIR on several machines).
+    from .indexdb import index_path
+
+    return index_path().parent / CACHE_FILE
+
+
+def _read_conn() -> sqlite3.Connection | None:
+    global _reader
+    root = str(_cache_path())
+    if _reader is not None and _reader[0] == os.getpid() and _reader[1] == root:
+        return _reader[2]
+    close_reader()
+    path = _cache_path()
+    conn: sqlite3.Connection | None = None
+    if path.exists():
+        try:
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+            conn.execute("SELECT hash FROM terms LIMIT 1").fetchall()
+        except sqlite3.Error:
+            # No table yet, or an unreadable file: every lookup is a miss (the rebuild
+            # writes the entries; a corrupt file is replaced when the index attaches it).
+            conn = None
+    _reader = (os.getpid(), root, conn)
+    return conn
+
+
+def close_reader() -> None:
+    """Forget this process's read connection (after a rebuild replaced entries, tests)."""
+    global _reader
+    if _reader is not None and _reader[2] is not None and _reader[0] == os.getpid():
+        with contextlib.suppress(sqlite3.Error):
+            _reader[2].close()
+    _reader = None
+
+
+def _cached(thash: str) -> tuple[str, int] | None:
+    conn = _read_conn()
+    if conn is None:
+        return None
+    try:
+        return conn.execute("SELECT terms, ntok FROM terms WHERE hash = ?", (thash,)).fetchone()
+    except sqlite3.Error:
+        return None
+
+
+def compute(text: str) -> Terms:
+    """Everything derived from `text`, computed (no cache)."""
+    return Terms(terms_hash(text), document_terms(text), fact_tail_tokens(text))
+
+
+def lookup(text: str) -> Terms:
+    """The derived data of `text`: from the cache when it has them, else computed."""
+    if _mode == "bypass":
+        return compute(text)
+    thash = terms_hash(text)
+    cached = _cached(thash)
+    if _mode == "use":
+        if cached is not None:
+            return Terms(thash, cached[0], cached[1], fresh=False)
+        return Terms(thash, document_terms(text), fact_tail_tokens(text))
+    made = compute(text)
+    return made._replace(fresh=cached is None, corrupt=cached is not None and tuple(cached) != made[1:3])
+
+
+def store(conn: sqlite3.Connection, entries: Iterable[tuple[str, str, int]]) -> None:
+    """Inside an index write transaction: remember ``(hash, terms, ntok)`` entries."""
+    conn.executemany("INSERT OR REPLACE INTO vc.terms (hash, terms, ntok) VALUES (?, ?, ?)", entries)
+
+
+def forget_unused(conn: sqlite3.Connection, hashes: Iterable[str | None]) -> None:
+    """Inside the index's write transaction: drop the terms no index row names any more
+    (erasure must not leave the erased words behind in the cache)."""
+    conn.executemany(
+        "DELETE FROM vc.terms WHERE hash = ? AND NOT EXISTS (SELECT 1 FROM main.cards WHERE thash = ?)",
+        [(h, h) for h in set(hashes) if h],
+    )
+
+
+def prune(conn: sqlite3.Connection) -> int:
+    """After a full rebuild: drop every entry no row names."""
+    return conn.execute(
+        "DELETE FROM vc.terms WHERE NOT EXISTS (SELECT 1 FROM main.cards WHERE thash = vc.terms.hash)"
+    ).rowcount
