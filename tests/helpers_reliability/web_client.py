@@ -228,7 +228,7 @@ def dashboard(base: str, fact_id: str, count: int) -> None:
                         "workContext-reason": f"increment {n}",
                     }
                     answer = http.post("/profiles/edit/", data=form)
-                    ok = "workContext saved (profile revision" in answer.text
+                    ok = "Work context saved (profile revision" in answer.text
                     conflict = "the profile changed since you opened it" in answer.text
                 stats.seen(answer)
                 if ok:
