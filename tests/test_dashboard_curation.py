@@ -189,6 +189,9 @@ def test_an_htmx_dismiss_answers_with_a_row_offering_undo(reviewer_client: Clien
         "/review/restore/", {"ids": [a.pk]}, headers={"HX-Request": "true", "HX-Target": f"candidate-{a.pk}"}
     ).content.decode()
     assert back.lstrip().startswith("<tr") and "Approve" in back
+    # The rows said it all: no stale "Dismissed." or "undone" waits for the next full page.
+    page = reviewer_client.get("/review/").content.decode()
+    assert "Dismissed." not in page and "Dismissal undone" not in page
 
 
 def test_it_undoes_a_dismissal_of_selected_rows(reviewer_client: Client, make_candidate) -> None:

@@ -279,8 +279,10 @@ def candidate_dismiss(request: HttpRequest, pk: int) -> HttpResponse:
     form = DismissForm(request.POST)
     form.is_valid()
     dismiss_one(request, candidate, form.cleaned_data.get("note", ""))
-    # With htmx the row itself shows Undo; a full page gets it on the flash message.
-    messages.success(request, "Dismissed.", extra_tags=f"{UNDO_TAG}{candidate.pk}")
+    # With htmx the row itself says so and shows Undo (a flash message would only turn up
+    # on the next full page, after the fact); a full page gets it on the flash message.
+    if not request.htmx:
+        messages.success(request, "Dismissed.", extra_tags=f"{UNDO_TAG}{candidate.pk}")
     return row_response(request, candidate, detail)
 
 
@@ -296,13 +298,13 @@ def candidates_restore(request: HttpRequest) -> HttpResponse:
     rows = list(Candidate.objects.filter(pk__in=form.cleaned_data["ids"]).select_related("run"))
     restored = sum(restore_candidate(c, actor=actor_of(request)) for c in rows)
     skipped = len(form.cleaned_data["ids"]) - restored
+    if request.htmx and len(rows) == 1:
+        return row_response(request, rows[0], reverse("review_queue"))  # the row shows its state
     messages.success(
         request,
         f"Dismissal undone: {restored} candidate(s) wait for review again."
         + (f" {skipped} were no longer dismissed." if skipped else ""),
     )
-    if request.htmx and len(rows) == 1:
-        return row_response(request, rows[0], reverse("review_queue"))
     return changed(redirect(back(request, reverse("review_queue"))), "candidatesChanged")
 
 
