@@ -383,7 +383,9 @@ def model_status(timeout: float) -> ModelStatus:
             "down", f"The model endpoint {base} does not answer within {timeout:g} s ({exc.__class__.__name__})."
         )
     if status in (401, 403):
-        return ModelStatus("down", f"The model endpoint {base} refused the API key (HTTP {status}).")
+        return ModelStatus(
+            "down", f"The model endpoint {base} refused the API key (HTTP {status}): check MEMORY_LLM_API_KEY."
+        )
     if status >= 500:
         return ModelStatus("down", f"The model endpoint {base} answers HTTP {status}.")
     return ModelStatus("ok", f"{describe_extractor()} answers (HTTP {status}).")

@@ -13,8 +13,6 @@ import json
 import os
 import stat
 import time
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -250,38 +248,16 @@ class Doctor:
             self.warn("turns", f"{failed} turns failed extraction: `manage.py process_turns --retry-failed`")
 
     def check_model(self) -> None:
-        from facts.extraction import ExtractionError, active_extractor, describe_extractor
+        # The same probe as the overview's model notice (one rule, one place).
+        from facts.extraction import model_status
 
-        try:
-            kind = active_extractor()
-        except ExtractionError as exc:
-            self.fail("model", str(exc))
-            return
-        if kind == "rules":
-            self.ok("model", f"extractor: {describe_extractor()}; set MEMORY_LLM_BASE_URL to use a model")
-            return
-        base = settings.MEMORY_LLM_BASE_URL.rstrip("/")
-        if not base:
-            self.fail("model", "MEMORY_LLM_BASE_URL is not set: no extraction can run")
-            return
-        request = urllib.request.Request(base + "/models", method="GET")
-        if settings.MEMORY_LLM_API_KEY:
-            request.add_header("Authorization", f"Bearer {settings.MEMORY_LLM_API_KEY}")
-        try:
-            with urllib.request.urlopen(request, timeout=self.http_timeout) as response:
-                status = response.status
-        except urllib.error.HTTPError as exc:
-            status = exc.code
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            self.fail("model", f"model endpoint {base} not reachable within {self.http_timeout:g}s: {reason}")
-            return
-        if status in (401, 403):
-            self.fail("model", f"model endpoint {base} refused the API key (HTTP {status}): check MEMORY_LLM_API_KEY")
-        elif status >= 500:
-            self.fail("model", f"model endpoint {base} answers HTTP {status}")
+        status = model_status(self.http_timeout)
+        if status.state == "down":
+            self.fail("model", status.message)
+        elif status.state == "rules":
+            self.ok("model", f"{status.message} Set MEMORY_LLM_BASE_URL to use a model.")
         else:
-            self.ok("model", f"model endpoint {base} answers (HTTP {status})")
+            self.ok("model", status.message)
 
 
 class Command(BaseCommand):
