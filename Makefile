@@ -77,7 +77,10 @@ bench: venv
 	@# ext4: spread each run's folders over fresh block groups (Orlov), away from the
 	@# inodes the previous run just deleted, which ext4 skips over when allocating.
 	@chattr +T .bench 2>/dev/null || true
-	@set -e; for script in bench/bench_*.py; do echo "== $$script"; $(PY) $$script; done
+	@# bench_scale.py compares one machine with two on one PostgreSQL: a throwaway server.
+	@set -e; for script in bench/bench_*.py; do echo "== $$script"; \
+	  if [ "$$script" = bench/bench_scale.py ]; then tests/helpers_reliability/postgres.sh $(PY) $$script; \
+	  else $(PY) $$script; fi; done
 
 # Opt-in, not part of `make test`: the real chain against a small local model
 # (llama-cpp-python's OpenAI-compatible server, built once into .e2e/venv).

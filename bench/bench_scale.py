@@ -2,8 +2,8 @@
 
     tests/helpers_reliability/postgres.sh .venv/bin/python bench/bench_scale.py [--seconds 8]
 
-Needs PostgreSQL (DATABASE_URL); without it, it says so and exits 0 (`make bench` runs
-on SQLite). In a fresh database of its own it seeds cards through the write function,
+Needs PostgreSQL (DATABASE_URL); without it, it says so and exits 0 (`make bench` runs it
+through postgres.sh, a throwaway server). In a fresh database of its own it seeds cards through the write function,
 then on 127.0.0.1:
 
 1. searches/s: closed-loop clients on ``GET /api/v1/search`` against one "machine"
