@@ -14,15 +14,24 @@ lower id can become visible after a higher one was read. The follower therefore 
 re-reads the log's last ``LOOKBACK_SECONDS`` and applies the ids it has not applied yet;
 a transaction open longer than that would be missed until the next rebuild (the writer's
 mirror transactions last milliseconds).
+
+A machine that was stopped resumes where it left off: its position is kept beside its
+index (``follow.json``), so the writes made while it was down are applied when it comes
+back. When the log no longer reaches back that far (rows older than ``KEEP_SECONDS`` are
+pruned), or the position was lost, the index is rebuilt from the files instead, and the
+erasures since the kept position are scrubbed from it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -33,6 +42,7 @@ from django.utils import timezone
 
 from facts.erasure.scrub import scrub_sqlite, sqlite_files
 from facts.errors import StoreError
+from facts.mirror import snapshot
 from facts.models import CardChange, Erasure, FactCard
 from facts.store import get_store
 
@@ -42,6 +52,7 @@ log = logging.getLogger(__name__)
 
 LOOKBACK_SECONDS = 10.0
 KEEP_SECONDS = 3600.0
+STATE_FILE = "follow.json"
 
 
 @dataclass
@@ -52,6 +63,7 @@ class Follower:
     recent: dict[int, float] = field(default_factory=dict)
     last_prune: float = 0.0
     erasures_seen: int = 0
+    _saved: tuple[int, int] = (-1, -1)
 
     @classmethod
     def from_now(cls) -> Follower:
@@ -60,6 +72,41 @@ class Follower:
         last = CardChange.objects.order_by("-id").values_list("id", flat=True).first()
         erased = Erasure.objects.filter(status=Erasure.Status.DONE).order_by("-id").values_list("id", flat=True).first()
         return cls(position=last or 0, erasures_seen=erased or 0)
+
+    @classmethod
+    def resume(cls) -> Follower:
+        """Start where this machine's index left off (call before the index is opened).
+
+        - no index yet: from now; it is built from the files when first opened;
+        - a kept position the log still reaches: from there, so the writes made while
+          this machine was down are applied by the first poll;
+        - otherwise (the log was pruned past it, or no position was kept): the index is
+          rebuilt from the files, and the erasures since the kept position (all of them
+          when none was kept) are scrubbed from its files by the first poll."""
+        kept = _load_state()
+        if not index.index_path().exists():
+            return cls.from_now()
+        oldest = CardChange.objects.order_by("id").values_list("id", flat=True).first()
+        if kept is not None:
+            # The newest row is never pruned, so an empty log means nothing was written.
+            reaches = kept.position >= oldest - 1 if oldest is not None else kept.position == 0
+            if reaches:
+                return kept
+        fresh = cls.from_now()  # taken first: writes during the rebuild are applied after it
+        log.warning(
+            "follow: the change log no longer reaches this index's position (%s): rebuilding it from the files",
+            "none kept" if kept is None else kept.position,
+        )
+        index.rebuild_from_snapshot(snapshot(get_store()))
+        fresh.erasures_seen = kept.erasures_seen if kept is not None else 0
+        return fresh
+
+    def save(self) -> None:
+        """Keep the position beside the index (atomically: a crash leaves the old one)."""
+        path = _state_path()
+        tmp = path.with_name(f".{STATE_FILE}.{os.getpid()}")
+        tmp.write_text(json.dumps({"position": self.position, "erasures_seen": self.erasures_seen}))
+        os.replace(tmp, path)
 
     def poll(self) -> int:
         """Apply the changes not applied yet; returns how many cards were looked at."""
@@ -81,8 +128,12 @@ class Follower:
             self.position = max(self.position, fresh[-1][0])
         horizon = time.monotonic() - 2 * LOOKBACK_SECONDS
         self.recent = {cid: at for cid, at in self.recent.items() if at >= horizon}
+        kept = (self.position, self.erasures_seen)
         self._scrub_after_erasures()
         self._prune()
+        if fresh or kept != self._saved:
+            self.save()
+            self._saved = (self.position, self.erasures_seen)
         return len(fresh)
 
     def _scrub_after_erasures(self) -> None:
@@ -109,7 +160,24 @@ class Follower:
         if time.monotonic() - self.last_prune < 60:
             return
         self.last_prune = time.monotonic()
-        CardChange.objects.filter(created_at__lt=timezone.now() - timedelta(seconds=KEEP_SECONDS)).delete()
+        newest = CardChange.objects.order_by("-id").values_list("id", flat=True).first()
+        # The newest row stays: a machine coming back compares its position with the log's
+        # oldest row, and an emptied log could not tell it what it missed (`resume`).
+        CardChange.objects.filter(created_at__lt=timezone.now() - timedelta(seconds=KEEP_SECONDS)).exclude(
+            id=newest
+        ).delete()
+
+
+def _state_path() -> Path:
+    return index.index_path().parent / STATE_FILE
+
+
+def _load_state() -> Follower | None:
+    try:
+        data = json.loads(_state_path().read_text())
+        return Follower(position=int(data["position"]), erasures_seen=int(data["erasures_seen"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # none kept, or unreadable: treated alike (a rebuild)
 
 
 def apply_cards(fact_ids: list[str]) -> set[str]:
@@ -151,7 +219,7 @@ class FollowThread(threading.Thread):
                 try:
                     close_old_connections()
                     if follower is None:
-                        follower = Follower.from_now()
+                        follower = Follower.resume()
                         index.connection()  # builds a missing index from the files
                     follower.poll()
                 except Exception:

@@ -3,10 +3,12 @@ row committed after a later one was read (issue 24)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from facts.models import CardChange
 from facts.writer import save_card
@@ -68,3 +70,63 @@ def test_a_card_deleted_on_the_other_machine_leaves_this_index(two_indexes, make
     two_indexes("b")
     follower.poll()
     assert reads.contents([card.id]) == {}
+
+
+def _restart(two_indexes: Any) -> Follower:
+    """Machine B's worker starting again: its follower resumes, then opens the index."""
+    two_indexes("b")
+    follower = Follower.resume()
+    index.connection()
+    return follower
+
+
+def test_a_machine_that_was_down_applies_the_writes_made_meanwhile(two_indexes, make_card) -> None:
+    first = _restart(two_indexes)
+    first.poll()  # keeps its position beside the index
+    two_indexes("a")  # B is down; A writes
+    card = save_card(make_card(content="Alice stores her kayak in the north shed."), actor="t")
+    # Down for five minutes: well past the follower's look-back window.
+    CardChange.objects.update(created_at=timezone.now() - timedelta(minutes=5))
+
+    follower = _restart(two_indexes)
+    follower.poll()
+
+    assert reads.contents([card.id])
+
+
+def test_a_log_pruned_past_the_kept_position_rebuilds_the_index_from_the_files(two_indexes, make_card) -> None:
+    first = _restart(two_indexes)
+    first.poll()
+    two_indexes("a")
+    missed = save_card(make_card(content="Alice stores her kayak in the north shed."), actor="t")
+    later = save_card(make_card(key="bike", content="Alice rides a blue bike to work."), actor="t")
+    CardChange.objects.exclude(fact_id=later.id).delete()  # pruned while B was down
+
+    _restart(two_indexes)
+
+    assert reads.contents([missed.id]) and reads.contents([later.id])
+
+
+def test_a_lost_position_rebuilds_an_existing_index(two_indexes, make_card) -> None:
+    first = _restart(two_indexes)
+    first.poll()
+    (index.index_path().parent / "follow.json").unlink()
+    two_indexes("a")
+    card = save_card(make_card(content="Alice stores her kayak in the north shed."), actor="t")
+    CardChange.objects.all().delete()
+
+    _restart(two_indexes)
+
+    assert reads.contents([card.id])
+
+
+def test_pruning_keeps_the_newest_change(two_indexes, make_card, monkeypatch) -> None:
+    from retrieval import follow
+
+    two_indexes("a")
+    cards = [save_card(make_card(key=f"k{n}", content=f"Alice owns kayak number {n}."), actor="t") for n in range(3)]
+    monkeypatch.setattr(follow, "KEEP_SECONDS", -60.0)  # everything is old
+
+    Follower(last_prune=0.0)._prune()
+
+    assert list(CardChange.objects.values_list("fact_id", flat=True)) == [cards[-1].id]
