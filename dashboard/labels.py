@@ -5,16 +5,10 @@ from __future__ import annotations
 
 from facts import gate
 from facts.enums import PROFILE_SECTIONS
+from retrieval.render import TITLES
 
-SECTION_LABELS: dict[str, str] = {
-    "workContext": "Work context",
-    "personalContext": "Personal context",
-    "topOfMind": "Top of mind",
-    "cognitiveStyle": "Cognitive style",
-    "recentMonths": "Recent months",
-    "earlierContext": "Earlier context",
-    "longTermBackground": "Long-term background",
-}
+# The same titles the agents read in their memory block (one list, in retrieval.render).
+SECTION_LABELS: dict[str, str] = TITLES
 
 # What each gate rule means for the reviewer deciding whether to override it.
 REASON_HELP: dict[str, str] = {
