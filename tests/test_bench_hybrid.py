@@ -1,0 +1,52 @@
+"""bench_hybrid's serving figures come from a process that only serves (issue 19's
+RSS target: the bench's own query generator once added ~75 MB to the figure)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+@pytest.mark.slow
+def test_it_measures_search_and_rss_in_a_process_that_only_serves(tmp_path: Path) -> None:
+    sys.path.insert(0, str(BENCH))
+    try:
+        import corpus
+    finally:
+        sys.path.remove(str(BENCH))
+    root = tmp_path / "corpus"
+    (root / "memory").mkdir(parents=True)
+    (root / "var").mkdir()
+    queries = {
+        "short": [["time zone", "user0001", "coder"]],
+        "natural": [["The user wants logs kept for a week.", "user0001", "coder"]],
+        "heavy": [["部署", corpus.HEAVY_USER, corpus.HEAVY_AGENT]],
+    }
+    file = tmp_path / "queries.json"
+    file.write_text(json.dumps(queries))
+    env = {**corpus.django_env(root), "MEMORY_EMBEDDINGS": "on"}
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "bench_hybrid.py"), "--serve", str(file)],
+        env=env,
+        cwd=BENCH.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    assert {name: figures[name]["n"] for name in ("search_short", "search_natural", "search_heavy")} == {
+        "search_short": 1,
+        "search_natural": 1,
+        "search_heavy": 1,
+    }
+    assert figures["search_natural_repeat"]["n"] == 1
+    # The model, jieba and cl100k are in; the generator's vocabularies are not.
+    assert 150 < figures["warm_rss_mb"] <= figures["serving_rss_mb"] < 350
+    assert "serving process RSS" in out.stdout
