@@ -16,6 +16,8 @@ class RetrievalConfig(AppConfig):
         hooks.on_cards_writing(index.prepare)
         # Each machine's worker keeps its local index in step with the others' writes.
         hooks.on_worker_start(follow.start)
+        # A worker's first write would otherwise wait for the tokenizers (and the model).
+        hooks.on_worker_start(tokenize.warm)
         # A rebuild's tokenizing runs in the scanning processes, on every core.
         # Only jieba is loaded before the fork: the embedding model is not needed to scan
         # (vectors are embedded afterwards, and only for texts the cache lacks).

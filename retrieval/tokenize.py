@@ -76,11 +76,14 @@ def load_dictionary() -> None:
 
 
 def warm() -> None:
-    """Load the dictionary, and the embedding model when hybrid search is on, now
-    (before forking workers, which then share them, or at start-up)."""
+    """Load the dictionary, the token counter and, when hybrid search is on, the
+    embedding model now (before forking workers, which then share them, or at start-up):
+    every card write needs the first two, so a process that did not load them makes its
+    first write wait ~0.5 s for them."""
     _load_jieba()
-    from . import vectors
+    from . import tokens, vectors
 
+    tokens.encoding()
     vectors.warm()
 
 

@@ -126,6 +126,11 @@ def main() -> None:
     from django.db import connections
 
     connections.close_all()  # each child opens its own connection
+    # Like a started worker (`hooks.worker_started`): the tokenizers are loaded before the
+    # writers fork, so the kill windows measure writes, not a per-child ~0.5 s load.
+    from retrieval.tokenize import warm
+
+    warm()
     puts: dict[str, dict[str, Any]] = {}
     deleted: set[str] = set()
     in_flight_deletes: set[str] = set()
