@@ -85,21 +85,80 @@ def _scan_chunk(args: tuple[str, list[str]]) -> list[Scanned]:
     return [_scan_one((root, rel)) for rel in rels]
 
 
-def _walk(root: str, rel_dir: str) -> list[str]:
-    """Card files under one folder, in the order of `Store.card_files` (relative paths)."""
-    found: list[str] = []
-    base = os.path.join(root, rel_dir)
-    cut = len(root) + 1
-    for dirpath, dirnames, filenames in os.walk(base):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        prefix = dirpath[cut:].replace(os.sep, "/") + "/"
-        found.extend(prefix + name for name in sorted(filenames) if name.endswith(".md") and not name.startswith("."))
+def _walk(root: str, rel_dir: str, found: list, *, ctimes: bool = False) -> list:
+    """Card files under one folder, in the order of `Store.card_files` (relative paths,
+    or (path, ctime_ns) pairs with `ctimes`). One `scandir` per folder: `os.walk` plus a
+    stat per file cost ~1.9 s of CPU at 100k cards, this ~1.1 s with the stat."""
+    try:
+        with os.scandir(os.path.join(root, rel_dir)) as listing:
+            entries = sorted(listing, key=lambda e: e.name)
+    except OSError:  # gone meanwhile, or unreadable: skipped, as `os.walk` does
+        return found
+    subdirs = []
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        try:
+            is_dir = entry.is_dir()
+        except OSError:
+            is_dir = False
+        if is_dir:
+            # As `os.walk` (no followlinks): a linked folder is listed, not entered.
+            if not entry.is_symlink():
+                subdirs.append(entry.name)
+        elif entry.name.endswith(".md"):
+            rel = f"{rel_dir}/{entry.name}"
+            if ctimes:
+                try:
+                    found.append((rel, entry.stat().st_ctime_ns))
+                except OSError:
+                    found.append((rel, None))
+            else:
+                found.append(rel)
+    for name in subdirs:
+        _walk(root, f"{rel_dir}/{name}", found, ctimes=ctimes)
     return found
 
 
 def _walk_many(args: tuple[str, list[str]]) -> list[str]:
     root, rel_dirs = args
-    return [rel for rel_dir in rel_dirs for rel in _walk(root, rel_dir)]
+    found: list[str] = []
+    for rel_dir in rel_dirs:
+        _walk(root, rel_dir, found)
+    return found
+
+
+def _walk_many_ctimes(args: tuple[str, list[str]]) -> list[tuple[str, int | None]]:
+    root, rel_dirs = args
+    found: list[tuple[str, int | None]] = []
+    for rel_dir in rel_dirs:
+        _walk(root, rel_dir, found, ctimes=True)
+    return found
+
+
+def _card_ctimes(store: Store) -> list[tuple[str, int | None]]:
+    """(relative path, ctime_ns) of `Store.card_files`, in its order; on two processes
+    when there are many folders (the commit gate is held while this runs)."""
+    root = str(store.root)
+    tops = [_top_dirs_of(store, top) for top in ("users", "projects")]
+    many = (os.cpu_count() or 1) > 1 and sum(len(dirs) for _, dirs in tops) >= _PARALLEL_WALK_DIRS
+    found: list[tuple[str, int | None]] = []
+    pool = multiprocessing.get_context("fork").Pool(2) if many else None
+    try:
+        for files, dirs in tops:
+            for rel in files:
+                try:
+                    found.append((rel, os.stat(os.path.join(root, rel)).st_ctime_ns))
+                except OSError:
+                    found.append((rel, None))
+            chunks = [(root, dirs[i : i + 25]) for i in range(0, len(dirs), 25)]
+            for part in pool.imap(_walk_many_ctimes, chunks) if pool else map(_walk_many_ctimes, chunks):
+                found.extend(part)
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+    return found
 
 
 def _card_rels(store: Store, pool: Any | None = None) -> list[str]:
@@ -422,17 +481,12 @@ def refresh(store: Store, snap: FileSnapshot) -> tuple[list[Card], list[Card]]:
     known = {item.rel: item for item in snap.cards.values()}
     items: list[Scanned] = []
     settled = snap.started_ns - _CTIME_MARGIN_NS if snap.started_ns else 0
-    for rel in _card_rels(store):
+    for rel, ctime in _card_ctimes(store):
         old = known.get(rel)
         if old is not None:
-            if settled:
-                try:
-                    unchanged = os.stat(os.path.join(root, rel)).st_ctime_ns < settled
-                except OSError:
-                    unchanged = False
-                if unchanged:
-                    items.append(old)
-                    continue
+            if settled and ctime is not None and ctime < settled:
+                items.append(old)
+                continue
             try:
                 text = (store.root / rel).read_bytes().decode("utf-8")
             except (FileNotFoundError, UnicodeDecodeError):
