@@ -136,6 +136,18 @@ _recent_terms: dict[str, derived.Terms] = {}
 _RECENT_TERMS = 4096
 
 
+def remember_scanned(snap: FileSnapshot) -> None:
+    """Keep the terms a rebuild's scan had to compute (new or hand-edited texts) for
+    `update`: a hand-edited card is committed again during the rebuild (it gets a
+    revision), and that commit tokenized it a second time."""
+    for item in snap.cards.values():
+        terms = item.extra.get("terms")
+        if terms is not None and terms.fresh and item.card is not None:
+            if len(_recent_terms) >= _RECENT_TERMS:
+                return
+            _recent_terms[item.card.content] = terms
+
+
 def _terms(content: str) -> derived.Terms:
     terms = _recent_terms.get(content)
     if terms is None:

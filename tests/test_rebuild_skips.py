@@ -58,3 +58,26 @@ def test_a_tampered_mirror_row_is_put_right_by_reindex_no_cache(make_card) -> No
     assert FactCard.objects.get(id=card.id).content == "Changed in the database, not the file."
     call_command("reindex", "--no-progress", "--no-cache", stdout=StringIO())
     assert FactCard.objects.get(id=card.id).content == "Prefers spaces."
+
+
+def test_a_hand_edited_card_is_tokenized_once_by_reindex(store: Store, make_card, monkeypatch) -> None:
+    from retrieval import derived, index
+    from retrieval.search import search
+
+    card = save_card(make_card(content="Prefers spaces."), actor="seed")
+    path = store.card_path(card)
+    path.write_text(path.read_text().replace("Prefers spaces.", "Prefers tabs, edited by hand."))
+    index._recent_terms.clear()
+    seen: list[str] = []
+    real = derived.document_terms
+
+    def counting(text: str) -> str:
+        seen.append(text)
+        return real(text)
+
+    monkeypatch.setattr(derived, "document_terms", counting)
+    call_command("reindex", "--no-progress", stdout=StringIO())
+    assert seen.count("Prefers tabs, edited by hand.") == 1
+    assert FactCard.objects.get(id=card.id).content == "Prefers tabs, edited by hand."
+    hits = search("tabs", user_id=card.user_id, agent_name=card.agent_name)
+    assert [hit.id for hit in hits] == [card.id]
