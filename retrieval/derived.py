@@ -77,6 +77,11 @@ def bypassed() -> bool:
     return _mode == "bypass"
 
 
+def tokenizes_everything() -> bool:
+    """Whether a scan in this mode tokenizes every card (--no-cache, --check)."""
+    return _mode != "use"
+
+
 # One read-only connection per process (a forked worker opens its own), checked by pid
 # and the raw settings that place the cache: building its Path per card (as
 # `_cache_path` does) cost ~35 µs, more than the lookup itself, in every scanning worker.
