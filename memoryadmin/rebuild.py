@@ -92,7 +92,10 @@ def rebuild(*, progress: Progress | None = None, actor: str = "reindex", no_cach
     # `no_cache`: every card is tokenized and embedded again, and the cache rewritten.
     with derived.mode("bypass" if no_cache else "use"):
         snap = mirror.snapshot(store, progress=progress)
-    stats = mirror.rebuild_mirror(snap, actor=actor)
+    # Hand edits are committed again below (a revision each): with the scan's terms.
+    index.remember_scanned(snap)
+    # `no_cache` also rewrites every mirror row, not only those whose file changed.
+    stats = mirror.rebuild_mirror(snap, actor=actor, full=no_cache)
     result = RebuildResult(cards=stats.cards, profiles=stats.profiles, unreadable=stats.unreadable)
     result.extra["changed"] = stats.changed
     result.extra["removed"] = stats.removed

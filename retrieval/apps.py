@@ -10,7 +10,7 @@ class RetrievalConfig(AppConfig):
         # the write side never imports the read side.
         from facts import hooks, mirror
 
-        from . import follow, index, tokenize
+        from . import follow, index
 
         hooks.on_cards_changed(index.on_cards_changed)
         hooks.on_cards_writing(index.prepare)
@@ -19,6 +19,7 @@ class RetrievalConfig(AppConfig):
         # A worker's first write would otherwise wait for the tokenizers (and the model).
         hooks.on_worker_start(tokenize.warm)
         # A rebuild's tokenizing runs in the scanning processes, on every core.
-        # Only jieba is loaded before the fork: the embedding model is not needed to scan
-        # (vectors are embedded afterwards, and only for texts the cache lacks).
-        mirror.add_scan_extra("terms", index.scan_terms, prepare=tokenize.load_dictionary)
+        # At most jieba is loaded before the fork (`index.scan_prepare`): the embedding
+        # model is not needed to scan (vectors are embedded afterwards, and only for
+        # texts the cache lacks).
+        mirror.add_scan_extra("terms", index.scan_terms, prepare=index.scan_prepare)

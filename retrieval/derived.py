@@ -77,11 +77,17 @@ def bypassed() -> bool:
     return _mode == "bypass"
 
 
-# One read-only connection per process (a forked worker opens its own), checked by
-# (pid, MEMORY_ROOT) only: a stat or a Path per card cost more than the lookup itself.
+def tokenizes_everything() -> bool:
+    """Whether a scan in this mode tokenizes every card (--no-cache, --check)."""
+    return _mode != "use"
+
+
+# One read-only connection per process (a forked worker opens its own), checked by pid
+# and the raw settings that place the cache: building its Path per card (as
+# `_cache_path` does) cost ~35 µs, more than the lookup itself, in every scanning worker.
 # Entries are immutable (the key is the text's hash), so a reader left on a replaced
 # file reads nothing wrong; rebuilds close it anyway (`close_reader`).
-_reader: tuple[int, str, sqlite3.Connection | None] | None = None
+_reader: tuple[int, object, object, sqlite3.Connection | None] | None = None
 
 
 def _cache_path() -> Path:
@@ -93,9 +99,11 @@ def _cache_path() -> Path:
 
 def _read_conn() -> sqlite3.Connection | None:
     global _reader
-    root = str(_cache_path())
-    if _reader is not None and _reader[0] == os.getpid() and _reader[1] == root:
-        return _reader[2]
+    from django.conf import settings
+
+    root, local = settings.MEMORY_ROOT, getattr(settings, "MEMORY_INDEX_DIR", "")
+    if _reader is not None and _reader[0] == os.getpid() and _reader[1] == root and _reader[2] == local:
+        return _reader[3]
     close_reader()
     path = _cache_path()
     conn: sqlite3.Connection | None = None
@@ -107,16 +115,16 @@ def _read_conn() -> sqlite3.Connection | None:
             # No table yet, or an unreadable file: every lookup is a miss (the rebuild
             # writes the entries; a corrupt file is replaced when the index attaches it).
             conn = None
-    _reader = (os.getpid(), root, conn)
+    _reader = (os.getpid(), root, local, conn)
     return conn
 
 
 def close_reader() -> None:
     """Forget this process's read connection (after a rebuild replaced entries, tests)."""
     global _reader
-    if _reader is not None and _reader[2] is not None and _reader[0] == os.getpid():
+    if _reader is not None and _reader[3] is not None and _reader[0] == os.getpid():
         with contextlib.suppress(sqlite3.Error):
-            _reader[2].close()
+            _reader[3].close()
     _reader = None
 
 

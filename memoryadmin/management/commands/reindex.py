@@ -35,7 +35,10 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-cache",
             action="store_true",
-            help="Tokenize and embed every card again instead of reusing the cache of derived data (and rewrite it).",
+            help=(
+                "Tokenize and embed every card again instead of reusing the cache of derived data (and rewrite "
+                "it), and rewrite every mirror row, not only those whose file changed."
+            ),
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
