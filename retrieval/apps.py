@@ -10,7 +10,7 @@ class RetrievalConfig(AppConfig):
         # the write side never imports the read side.
         from facts import hooks, mirror
 
-        from . import follow, index
+        from . import follow, index, tokenize
 
         hooks.on_cards_changed(index.on_cards_changed)
         hooks.on_cards_writing(index.prepare)
