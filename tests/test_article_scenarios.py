@@ -22,7 +22,11 @@ from memoryadmin.memory_protocol import MemoryContext
 from tests.factories import fact_candidate
 from tests.test_middleware_fakes import ReplayExtractor, ScriptedChatModel
 
-pytestmark = pytest.mark.django_db
+# transaction=True: LangGraph runs the middleware's hooks on worker threads, whose own
+# database connections commit outside a test's transaction (on PostgreSQL the injection
+# log and usage rows they wrote outlived the test); a transactional test empties the
+# tables after itself.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 RULES: list[tuple[str, list[dict], list[dict]]] = [
     (

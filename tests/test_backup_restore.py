@@ -59,6 +59,10 @@ def test_a_backup_restores_into_an_identical_installation(proc_env: Env, _templa
         assert report["unreadable"] == []
         assert _tree(restored.root) == _tree(proc_env.root)
         again = _dump(restored, tmp_path / "restored.json")
+        # On a difference, name the rows (pytest's list diff shows one truncated row).
+        lost = [row for row in original if row not in again]
+        gained = [row for row in again if row not in original]
+        assert (lost, gained) == ([], []), json.dumps({"lost": lost, "gained": gained}, default=str)[:6000]
         assert again == original
         models = {row["model"] for row in original}
         assert {"facts.factcard", "facts.candidate", "facts.auditevent", "memoryadmin.apikey"} <= models

@@ -96,3 +96,11 @@ def test_it_warns_about_a_local_index_others_can_read(memory_root: Path, setting
     findings = _machines()
     assert [f["level"] for f in findings] == ["warn"]
     assert "o-rwx" in findings[0]["message"]
+
+
+def test_it_passes_one_machine_with_the_default_index_on_a_local_disk(memory_root: Path, settings: Any) -> None:
+    """A single PostgreSQL (or SQLite) install keeps its index under MEMORY_ROOT: fine
+    while that root is a local disk (several machines would share it over the network)."""
+    settings.MEMORY_INDEX_DIR = ""
+    findings = _machines()
+    assert [f["level"] for f in findings] == ["ok"], findings

@@ -152,8 +152,16 @@ class Doctor:
         index_dir = index_path().parent
         index_mount = sharedroot.mount_of(index_dir if index_dir.exists() else index_dir.parent)
         why = sharedroot.index_is_shared(index_dir, root, index_mount)
-        if why and (shared or (index_mount is not None and index_mount.network)):
+        if why and index_mount is not None and index_mount.network:
             self.fail("machines", f"the search index {index_dir} is not machine-local ({why}): set MEMORY_INDEX_DIR")
+        elif why and shared:
+            # PostgreSQL with MEMORY_ROOT on a local disk: one machine, which is fine (a
+            # root shared by several machines is a network mount, refused just above).
+            self.ok(
+                "machines",
+                "one machine: the search index is under MEMORY_ROOT on a local disk; before adding a "
+                "second machine, put MEMORY_ROOT on shared storage and set MEMORY_INDEX_DIR (docs/scaling.md)",
+            )
         elif shared and not settings.MEMORY_CHANGE_LOG:
             self.warn("machines", "MEMORY_CHANGE_LOG is off: other machines' indexes will not see this one's writes")
         elif index_dir.exists() and index_dir.stat().st_mode & (stat.S_IROTH | stat.S_IWOTH | stat.S_IXOTH):
