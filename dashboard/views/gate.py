@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.forms import AgreementFilters, BacktestForm, InjectionsForm, ThresholdForm, day_end, day_start
 from dashboard.helpers import actor_of
-from dashboard.views.review import with_reason
+from dashboard.views.review import filtered_candidates, with_reason
 from facts.access import ADMINISTER
 from facts.backtest import apply_threshold, backtest
 from facts.enums import HISTORY_SECTIONS, USER_SECTIONS
@@ -61,16 +61,10 @@ class Agreement:
 
 
 def _rejections(data: dict[str, Any]) -> QuerySet[Candidate]:
-    rows = Candidate.objects.filter(verdict=Candidate.Verdict.REJECTED)
-    if data.get("user"):
-        rows = rows.filter(user_id=data["user"])
-    if data.get("agent"):
-        rows = rows.filter(agent_name=data["agent"])
-    if data.get("since"):
-        rows = rows.filter(created_at__gte=day_start(data["since"]))
-    if data.get("until"):
-        rows = rows.filter(created_at__lte=day_end(data["until"]))
-    return rows
+    """The rejections behind the numbers: the review queue's own filter (every state), so
+    a number and the queue it links to always count the same rows. Unordered: the
+    queue's order would join the per-agent GROUP BY."""
+    return filtered_candidates({**data, "state": "all", "verdict": Candidate.Verdict.REJECTED}).order_by()
 
 
 _COUNTS = {
