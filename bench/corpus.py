@@ -187,9 +187,11 @@ def _write_user(args: tuple[str, int, int, int, tuple[str, ...]]) -> int:
 
 
 def django_env(root: Path) -> dict[str, str]:
-    """Environment for a Django process that works on this corpus."""
+    """Environment for a Django process that works on this corpus, configured as in
+    production: DEBUG off (with it on, Django wraps every cursor to log its queries)."""
     return {
         **os.environ,
+        "DEBUG": "false",
         "DJANGO_SETTINGS_MODULE": "memoryadmin.settings",
         "MEMORY_ROOT": str(root / "memory"),
         "VAR_DIR": str(root / "var"),

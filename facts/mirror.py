@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import multiprocessing
 import os
 import tempfile
@@ -26,14 +27,73 @@ from .writer import Put, commit, mirror_profile, mirror_row, upsert_mirror
 Progress = Callable[[int, int], None]
 
 
-@dataclass
 class Scanned:
-    rel: str
-    digest: str = ""
-    card: Card | None = None
-    error: str | None = None
-    # Results of the registered scan extras, computed in the scanning processes.
-    extra: dict[str, Any] = field(default_factory=dict)
+    """One card file as a scan read it: its path, the SHA-256 of its text, and the card
+    (or why there is none), with what the registered scan extras computed from it.
+
+    A scanning process parses the card, runs the extras, and sends the card back as its
+    text: pickling a pydantic card and unpickling it in the serial parent cost ~80 µs a
+    card, a string next to nothing. `card` parses that text again on first use (the
+    worker already parsed it, so it cannot fail), which a rebuild needs only for the few
+    cards whose file changed; `ident` (id, user, agent, project) is sent along for the
+    checks every card gets.
+    """
+
+    __slots__ = ("_card", "_text", "cached", "digest", "error", "extra", "ident", "rel")
+
+    def __init__(
+        self,
+        rel: str,
+        digest: str = "",
+        card: Card | None = None,
+        error: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.rel = rel
+        self.digest = digest
+        self.error = error
+        # Results of the registered scan extras, computed in the scanning processes.
+        self.extra: dict[str, Any] = extra if extra is not None else {}
+        self._card = card
+        self._text: str | None = None
+        self.ident: tuple[str, str | None, str | None, str | None] | None = (
+            None if card is None else (card.id, card.user_id, card.agent_name, card.project_id)
+        )
+        # True when the scan took `ident` and `extra` from the scan cache (`set_scan_cache`)
+        # instead of parsing the text.
+        self.cached = False
+
+    @classmethod
+    def from_cache(cls, rel: str, digest: str, text: str, ident: tuple, extra: dict[str, Any]) -> Scanned:
+        item = cls(rel, digest, extra=extra)
+        item.ident, item._text, item.cached = ident, text, True
+        return item
+
+    @property
+    def card(self) -> Card | None:
+        if self._card is None and self._text is not None:
+            self._card = parse_card(self._text, Path(self.rel))
+            self._text = None
+        return self._card
+
+    @property
+    def fact_id(self) -> str | None:
+        return None if self.ident is None else self.ident[0]
+
+    def as_text(self, text: str) -> Scanned:
+        """Drop the parsed card, keeping `text` to parse it again (before pickling)."""
+        if self._card is not None:
+            self._card, self._text = None, text
+        return self
+
+    def __getstate__(self) -> tuple:
+        return (self.rel, self.digest, self.error, self.extra, self.ident, self._card, self._text, self.cached)
+
+    def __setstate__(self, state: tuple) -> None:
+        self.rel, self.digest, self.error, self.extra, self.ident, self._card, self._text, self.cached = state
+
+    def __repr__(self) -> str:
+        return f"Scanned({self.rel!r}, {self.digest[:12]!r}, id={self.fact_id!r}, error={self.error!r})"
 
 
 @dataclass
@@ -53,6 +113,19 @@ def add_scan_extra(name: str, fn: Callable[[Card], Any], *, prepare: Callable[[]
     _scan_extras[name] = _ScanExtra(fn, prepare)
 
 
+# What a card file's text gave last time, by its SHA-256: the read side keeps it beside
+# its index (`retrieval.index.scan_cache_lookup`). Given the digests of a chunk of files,
+# it returns digest → (ident, extra) for those it knows, so the scan skips parsing them
+# and running the extras (~130 µs of a ~160 µs scan per card). It returns nothing when
+# the cache is bypassed or being verified: then every card is parsed.
+_scan_cache: Callable[[list[str]], dict[str, tuple[tuple, dict[str, Any]]]] | None = None
+
+
+def set_scan_cache(lookup: Callable[[list[str]], dict[str, tuple[tuple, dict[str, Any]]]] | None) -> None:
+    global _scan_cache
+    _scan_cache = lookup
+
+
 @dataclass
 class ScannedProfile:
     rel: str
@@ -63,26 +136,51 @@ class ScannedProfile:
 
 def _scan_one(args: tuple[str, str]) -> Scanned:
     root, rel = args
+    read = _read(root, rel)
+    return read if isinstance(read, Scanned) else _parse(root, rel, *read)[0]
+
+
+def _read(root: str, rel: str) -> Scanned | tuple[str, str]:
+    """(text, digest) of a card file, or the Scanned saying why it cannot be read."""
     # Plain strings: two Path objects per card cost ~15 µs of a ~180 µs scan.
-    full = os.path.join(root, rel)
     try:
-        with open(full, "rb") as handle:
+        with open(os.path.join(root, rel), "rb") as handle:
             text = handle.read().decode("utf-8")
     except FileNotFoundError:
         return Scanned(rel, error="file disappeared during the scan")
     except UnicodeDecodeError:
         return Scanned(rel, error="file is not valid UTF-8")
-    digest = file_digest(text)
+    return text, file_digest(text)
+
+
+def _parse(root: str, rel: str, text: str, digest: str) -> tuple[Scanned, bool]:
+    """The Scanned of a card file's text; True when it holds a parsed card."""
     try:
-        card = parse_card_fast(text) or parse_card(text, Path(full))
+        card = parse_card_fast(text) or parse_card(text, Path(os.path.join(root, rel)))
     except CardParseError as exc:
-        return Scanned(rel, digest, error=exc.message)
-    return Scanned(rel, digest, card, extra={name: extra.fn(card) for name, extra in _scan_extras.items()})
+        return Scanned(rel, digest, error=exc.message), False
+    return Scanned(rel, digest, card, extra={name: extra.fn(card) for name, extra in _scan_extras.items()}), True
 
 
 def _scan_chunk(args: tuple[str, list[str]]) -> list[Scanned]:
+    """In a scanning process: the chunk's cards, each sent back as its text (see
+    `Scanned`); those the scan cache knows by their digest are not parsed at all."""
     root, rels = args
-    return [_scan_one((root, rel)) for rel in rels]
+    read = [(rel, _read(root, rel)) for rel in rels]
+    known = _scan_cache([r[1] for _, r in read if not isinstance(r, Scanned)]) if _scan_cache else {}
+    out = []
+    for rel, got in read:
+        if isinstance(got, Scanned):
+            out.append(got)
+            continue
+        text, digest = got
+        hit = known.get(digest)
+        if hit is not None and hit[1].keys() >= _scan_extras.keys():
+            out.append(Scanned.from_cache(rel, digest, text, *hit))
+            continue
+        item, parsed = _parse(root, rel, text, digest)
+        out.append(item.as_text(text) if parsed else item)
+    return out
 
 
 def _walk(root: str, rel_dir: str, found: list, *, ctimes: bool = False) -> list:
@@ -213,10 +311,7 @@ def scan_cards(store: Store, *, workers: int | None = None, progress: Progress |
         size = 500
         chunks = [(root, rels[i : i + size]) for i in range(0, total, size)]
         done = 0
-        shared: dict[frozenset[str], set[str]] = {}
         for batch in pool.imap(_scan_chunk, chunks):
-            for item in batch:
-                _share_fields_sets(item, shared)
             yield from batch
             done += len(batch)
             if progress:
@@ -225,29 +320,13 @@ def scan_cards(store: Store, *, workers: int | None = None, progress: Progress |
             progress(0, 0)
 
 
-def _share_fields_sets(item: Scanned, shared: dict[frozenset[str], set[str]]) -> None:
-    """Let equal pydantic ``fields_set`` sets be one object.
-
-    Each unpickled card brings two 700-byte sets (its own and its source's) that are
-    the same for nearly every card: ~140 MB over 100k cards. They are only read (for
-    ``exclude_unset``) and `model_copy` gives a copy its own set; snapshot cards are
-    never assigned to in place (that would add the name to every sharing card's set).
-    """
-    card = item.card
-    if card is None:
-        return
-    for model in (card, card.source):
-        own = model.__pydantic_fields_set__
-        key = frozenset(own)
-        object.__setattr__(model, "__pydantic_fields_set__", shared.setdefault(key, own))
-
-
 def _scan_serial(root: str, rels: list[str], progress: Progress | None) -> Iterator[Scanned]:
+    # The same chunks as the scanning processes read (the scan cache works the same).
     total = len(rels)
-    for done, rel in enumerate(rels, 1):
-        yield _scan_one((root, rel))
-        if progress and (done % 500 == 0 or done == total):
-            progress(done, total)
+    for start in range(0, total, 500):
+        yield from _scan_chunk((root, rels[start : start + 500]))
+        if progress:
+            progress(min(start + 500, total), total)
     if progress and total == 0:
         progress(0, 0)
 
@@ -330,14 +409,37 @@ def _bucket_rel(user_id: str | None, agent_name: str | None, project_id: str | N
     return None
 
 
-def _rel_for(card: Card) -> str | None:
+def _rel_for(fact_id: str, user_id: str | None, agent_name: str | None, project_id: str | None) -> str | None:
     """`store.relative(store.card_path(card))` without pathlib (a rebuild checks 100k of
     them); None when the card names no valid bucket."""
-    base = _bucket_rel(card.user_id, card.agent_name, card.project_id)
-    return None if base is None else f"{base}/{shard(card.id)}/{card.id}.md"
+    base = _bucket_rel(user_id, agent_name, project_id)
+    return None if base is None else f"{base}/{shard(fact_id)}/{fact_id}.md"
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a rebuild makes its ~1M objects.
+
+    Its generational passes walked everything the scan had already built, again and
+    again: ~1.5 s of CPU at 100k cards, about a third of a warm scan. What a rebuild
+    makes is acyclic (strings, tuples, dicts of them), so reference counting frees it
+    all the same; the collector is on again afterwards (unless it was off before).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def snapshot(store: Store, *, progress: Progress | None = None, workers: int | None = None) -> FileSnapshot:
+    with gc_paused():
+        return _snapshot(store, progress=progress, workers=workers)
+
+
+def _snapshot(store: Store, *, progress: Progress | None, workers: int | None) -> FileSnapshot:
     snap = FileSnapshot(started_ns=_fs_now_ns(store.root))
     _classify(store, scan_cards(store, progress=progress, workers=workers), snap)
     for item in scan_profiles(store):
@@ -423,7 +525,7 @@ def _record_hand_edits(changed: list[tuple[Scanned, str]], actor: str) -> None:
     """
     if not changed:
         return
-    ids = [item.card.id for item, _ in changed if item.card is not None]
+    ids = [item.fact_id for item, _ in changed if item.fact_id is not None]
     recorded = {
         (fact_id, revision): file_digest(text)
         for fact_id, revision, text in FactRevision.objects.filter(fact_id__in=ids).values_list(
@@ -456,14 +558,15 @@ def _record_hand_edits(changed: list[tuple[Scanned, str]], actor: str) -> None:
 
 def _classify(store: Store, items: Iterator[Scanned] | list[Scanned], snap: FileSnapshot) -> None:
     for item in items:
-        if item.card is None:
+        if item.ident is None:
             snap.unreadable.append((item.rel, item.error or "unreadable"))
-        elif item.card.id in snap.cards:
-            snap.unreadable.append((item.rel, f"duplicate id {item.card.id} (also in {snap.cards[item.card.id].rel})"))
-        elif _rel_for(item.card) != item.rel:
+        elif item.ident[0] in snap.cards:
+            fact_id = item.ident[0]
+            snap.unreadable.append((item.rel, f"duplicate id {fact_id} (also in {snap.cards[fact_id].rel})"))
+        elif _rel_for(*item.ident) != item.rel:
             snap.unreadable.append((item.rel, "card is not in the folder its user/agent/project and id say"))
         else:
-            snap.cards[item.card.id] = item
+            snap.cards[item.ident[0]] = item
 
 
 def refresh(store: Store, snap: FileSnapshot) -> tuple[list[Card], list[Card]]:
@@ -502,12 +605,14 @@ def refresh(store: Store, snap: FileSnapshot) -> tuple[list[Card], list[Card]]:
             fresh.unreadable.append((item.rel, item.error or "unreadable"))
         else:
             fresh.profiles[item.profile.user_id] = item
+    # Cards in `snap.cards` all parsed; `.card` is read only for those that changed (a
+    # scanned card is parsed again on first use).
     changed = [
         item.card
         for fact_id, item in fresh.cards.items()
-        if item.card is not None and (fact_id not in snap.cards or snap.cards[fact_id].digest != item.digest)
+        if (fact_id not in snap.cards or snap.cards[fact_id].digest != item.digest) and item.card is not None
     ]
-    gone = [item.card for fact_id, item in snap.cards.items() if item.card is not None and fact_id not in fresh.cards]
+    gone = [item.card for fact_id, item in snap.cards.items() if fact_id not in fresh.cards and item.card is not None]
     snap.cards, snap.profiles, snap.unreadable = fresh.cards, fresh.profiles, fresh.unreadable
     return changed, gone
 

@@ -88,6 +88,11 @@ def check(*, progress: Progress | None = None) -> CheckReport:
 
 
 def rebuild(*, progress: Progress | None = None, actor: str = "reindex", no_cache: bool = False) -> RebuildResult:
+    with mirror.gc_paused():
+        return _rebuild(progress=progress, actor=actor, no_cache=no_cache)
+
+
+def _rebuild(*, progress: Progress | None, actor: str, no_cache: bool) -> RebuildResult:
     store = get_store()
     # `no_cache`: every card is tokenized and embedded again, and the cache rewritten.
     with derived.mode("bypass" if no_cache else "use"):

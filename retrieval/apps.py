@@ -18,8 +18,10 @@ class RetrievalConfig(AppConfig):
         hooks.on_worker_start(follow.start)
         # A worker's first write would otherwise wait for the tokenizers (and the model).
         hooks.on_worker_start(tokenize.warm)
-        # A rebuild's tokenizing runs in the scanning processes, on every core.
+        # A rebuild's tokenizing and index rows are made in the scanning processes, on every core.
         # At most jieba is loaded before the fork (`index.scan_prepare`): the embedding
         # model is not needed to scan (vectors are embedded afterwards, and only for
         # texts the cache lacks).
-        mirror.add_scan_extra("terms", index.scan_terms, prepare=index.scan_prepare)
+        mirror.add_scan_extra(index.SCAN_EXTRA, index.scan_row, prepare=index.scan_prepare)
+        # And files it has seen before are not parsed again (their digest names them).
+        mirror.set_scan_cache(index.scan_cache_lookup)

