@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import hashlib
 import multiprocessing
 import os
 import tempfile
@@ -39,7 +40,7 @@ class Scanned:
     checks every card gets.
     """
 
-    __slots__ = ("_card", "_text", "cached", "digest", "error", "extra", "ident", "rel")
+    __slots__ = ("_card", "_raw", "cached", "digest", "error", "extra", "ident", "rel")
 
     def __init__(
         self,
@@ -55,7 +56,7 @@ class Scanned:
         # Results of the registered scan extras, computed in the scanning processes.
         self.extra: dict[str, Any] = extra if extra is not None else {}
         self._card = card
-        self._text: str | None = None
+        self._raw: bytes | None = None
         self.ident: tuple[str, str | None, str | None, str | None] | None = (
             None if card is None else (card.id, card.user_id, card.agent_name, card.project_id)
         )
@@ -64,33 +65,35 @@ class Scanned:
         self.cached = False
 
     @classmethod
-    def from_cache(cls, rel: str, digest: str, text: str, ident: tuple, extra: dict[str, Any]) -> Scanned:
+    def from_cache(cls, rel: str, digest: str, raw: bytes, ident: tuple, extra: dict[str, Any]) -> Scanned:
         item = cls(rel, digest, extra=extra)
-        item.ident, item._text, item.cached = ident, text, True
+        item.ident, item._raw, item.cached = ident, raw, True
         return item
 
     @property
     def card(self) -> Card | None:
-        if self._card is None and self._text is not None:
-            self._card = parse_card(self._text, Path(self.rel))
-            self._text = None
+        if self._card is None and self._raw is not None:
+            self._card = parse_card(self._raw.decode("utf-8"), Path(self.rel))
+            self._raw = None
         return self._card
 
     @property
     def fact_id(self) -> str | None:
         return None if self.ident is None else self.ident[0]
 
-    def as_text(self, text: str) -> Scanned:
-        """Drop the parsed card, keeping `text` to parse it again (before pickling)."""
+    def as_text(self, raw: bytes) -> Scanned:
+        """Drop the parsed card, keeping the file's bytes to parse it again (before
+        pickling). Bytes, not the text: UTF-8 is half the size of Python's str for a
+        card with any Chinese in it (one CJK character widens the whole string)."""
         if self._card is not None:
-            self._card, self._text = None, text
+            self._card, self._raw = None, raw
         return self
 
     def __getstate__(self) -> tuple:
-        return (self.rel, self.digest, self.error, self.extra, self.ident, self._card, self._text, self.cached)
+        return (self.rel, self.digest, self.error, self.extra, self.ident, self._card, self._raw, self.cached)
 
     def __setstate__(self, state: tuple) -> None:
-        self.rel, self.digest, self.error, self.extra, self.ident, self._card, self._text, self.cached = state
+        self.rel, self.digest, self.error, self.extra, self.ident, self._card, self._raw, self.cached = state
 
     def __repr__(self) -> str:
         return f"Scanned({self.rel!r}, {self.digest[:12]!r}, id={self.fact_id!r}, error={self.error!r})"
@@ -137,20 +140,22 @@ class ScannedProfile:
 def _scan_one(args: tuple[str, str]) -> Scanned:
     root, rel = args
     read = _read(root, rel)
-    return read if isinstance(read, Scanned) else _parse(root, rel, *read)[0]
+    return read if isinstance(read, Scanned) else _parse(root, rel, *read[1:])[0]
 
 
-def _read(root: str, rel: str) -> Scanned | tuple[str, str]:
-    """(text, digest) of a card file, or the Scanned saying why it cannot be read."""
+def _read(root: str, rel: str) -> Scanned | tuple[bytes, str, str]:
+    """(bytes, text, digest) of a card file, or the Scanned saying why it cannot be read."""
     # Plain strings: two Path objects per card cost ~15 µs of a ~180 µs scan.
     try:
         with open(os.path.join(root, rel), "rb") as handle:
-            text = handle.read().decode("utf-8")
+            raw = handle.read()
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         return Scanned(rel, error="file disappeared during the scan")
     except UnicodeDecodeError:
         return Scanned(rel, error="file is not valid UTF-8")
-    return text, file_digest(text)
+    # `file_digest(text)`: valid UTF-8 encodes back to the very same bytes.
+    return raw, text, hashlib.sha256(raw).hexdigest()
 
 
 def _parse(root: str, rel: str, text: str, digest: str) -> tuple[Scanned, bool]:
@@ -167,19 +172,19 @@ def _scan_chunk(args: tuple[str, list[str]]) -> list[Scanned]:
     `Scanned`); those the scan cache knows by their digest are not parsed at all."""
     root, rels = args
     read = [(rel, _read(root, rel)) for rel in rels]
-    known = _scan_cache([r[1] for _, r in read if not isinstance(r, Scanned)]) if _scan_cache else {}
+    known = _scan_cache([r[2] for _, r in read if not isinstance(r, Scanned)]) if _scan_cache else {}
     out = []
     for rel, got in read:
         if isinstance(got, Scanned):
             out.append(got)
             continue
-        text, digest = got
+        raw, text, digest = got
         hit = known.get(digest)
         if hit is not None and hit[1].keys() >= _scan_extras.keys():
-            out.append(Scanned.from_cache(rel, digest, text, *hit))
+            out.append(Scanned.from_cache(rel, digest, raw, *hit))
             continue
         item, parsed = _parse(root, rel, text, digest)
-        out.append(item.as_text(text) if parsed else item)
+        out.append(item.as_text(raw) if parsed else item)
     return out
 
 

@@ -26,6 +26,7 @@ import hashlib
 import logging
 import marshal
 import sqlite3
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -281,13 +282,21 @@ def scan_cache_lookup(digests: list[str]) -> dict[str, tuple[tuple, dict[str, ob
             sql = f"SELECT key, entry FROM scans WHERE key IN ({', '.join('?' * len(chunk))})"
             for key, entry in conn.execute(sql, chunk):
                 ident, row = marshal.loads(entry)
-                scanned = (
-                    None if row is None else ScanRow(derived.Terms(row[_THASH], row[_TERMS], row[_NTOK], False), row)
-                )
+                # One object for the strings a user's cards repeat (user, agent, bucket,
+                # category…): the chunk pickled for the parent then holds each once.
+                ident = tuple(_shared(value) for value in ident)
+                scanned = None
+                if row is not None:
+                    row = (row[0], *map(_shared, row[1:_CONTENT]), *row[_CONTENT:])
+                    scanned = ScanRow(derived.Terms(row[_THASH], row[_TERMS], row[_NTOK], False), row)
                 found[keys[key]] = (ident, {SCAN_EXTRA: scanned})
     except (sqlite3.Error, ValueError, EOFError, TypeError, IndexError):
         return {}  # an older or damaged cache file: everything is parsed, and rewritten
     return found
+
+
+def _shared(value: object) -> object:
+    return sys.intern(value) if type(value) is str else value
 
 
 def _store_scans(conn: sqlite3.Connection, snap: FileSnapshot) -> None:
