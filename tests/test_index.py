@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from datetime import timedelta
 from io import StringIO
 
@@ -79,6 +80,13 @@ def _history(make_card) -> None:
     save_card(make_card(content="User dislikes long meetings", agent_name="writer"), actor="t")
     update_card(
         Bucket.of(a), a.id, lambda x: x.model_copy(update={"content": "User prefers very concise answers"}), actor="t"
+    )
+    # Words go, words come, the length changes: the statistics move by the difference.
+    update_card(
+        Bucket.of(a),
+        a.id,
+        lambda x: x.model_copy(update={"content": "User wants terse replies, 用户 concise"}),
+        actor="t",
     )
     save_card(b.model_copy(update={"status": CardStatus.EXPIRED}), actor="t")
     delete_card(c, actor="t")
@@ -188,3 +196,32 @@ def test_reindex_reports_how_many_cards_it_indexed(make_card) -> None:
     out = StringIO()
     call_command("reindex", "--json", stdout=out)
     assert json.loads(out.getvalue())["indexed"] == 3
+
+
+def test_both_files_commit_without_an_fsync_each(make_card) -> None:
+    """The attached cache had SQLite's default (FULL): an fsync at every commit, most of
+    a single-card update's time. Both are derived data: NORMAL."""
+    save_card(make_card(), actor="t")
+    conn = index.connection()
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1
+    assert conn.execute("PRAGMA vc.synchronous").fetchone()[0] == 1
+
+
+def test_the_wal_is_checkpointed_once_writes_pause(make_card, monkeypatch: pytest.MonkeyPatch) -> None:
+    from retrieval import indexdb
+
+    monkeypatch.setattr(indexdb, "CHECKPOINT_BYTES", 1)
+    monkeypatch.setattr(indexdb, "CHECKPOINT_EVERY", 1)
+    monkeypatch.setattr(indexdb, "CHECKPOINT_IDLE_S", 0.3)
+    checkpoints: list[float] = []
+    real = indexdb._checkpoint
+    monkeypatch.setattr(indexdb, "_checkpoint", lambda path: (checkpoints.append(time.monotonic()), real(path)))
+    started = time.monotonic()
+    for n in range(5):  # a burst: none while it lasts
+        save_card(make_card(content=f"fact number {n}"), actor="t")
+        assert checkpoints == []
+    last_write = time.monotonic()
+    deadline = time.monotonic() + 5
+    while not checkpoints and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert checkpoints and checkpoints[0] - last_write >= 0.2 and checkpoints[0] > started
