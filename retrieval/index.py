@@ -43,6 +43,8 @@ from .indexdb import (  # noqa: F401 - re-exported: callers use `index.connectio
     CARD_INDEXES,
     INDEX_DIR,
     INDEX_FILE,
+    QUEUE_CORRECTIONS,
+    QUEUE_OTHERS,
     SCHEMA_VERSION,
     IndexUnavailable,
     _close_handle,
@@ -66,12 +68,12 @@ Progress = Callable[[int, int], None]
 
 _COLUMNS = (
     "id, scope, bucket, user_id, agent_name, project_id, category, confidence, created_at, created_ts, "
-    "expires_ts, content, terms, dl, sig, vhash, thash, ntok"
+    "expires_ts, content, terms, dl, sig, vhash, thash, ntok, queue"
 )
-_INSERT = f"INSERT INTO cards ({_COLUMNS}) VALUES ({', '.join('?' * 18)})"
+_INSERT = f"INSERT INTO cards ({_COLUMNS}) VALUES ({', '.join('?' * 19)})"
 _UPDATE = (
     "UPDATE cards SET scope=?, bucket=?, user_id=?, agent_name=?, project_id=?, category=?, confidence=?, "
-    "created_at=?, created_ts=?, expires_ts=?, content=?, terms=?, dl=?, sig=?, vhash=?, thash=?, ntok=? WHERE rid=?"
+    "created_at=?, created_ts=?, expires_ts=?, content=?, terms=?, dl=?, sig=?, vhash=?, thash=?, ntok=?, queue=? WHERE rid=?"
 )
 _CONTENT = 11  # positions in a row
 _TERMS = 12
@@ -187,6 +189,7 @@ def row_for(card: Card, terms: derived.Terms | None = None) -> tuple:
         vectors.content_hash(card.content) if vectors.enabled() else None,
         terms.hash,
         terms.ntok,
+        QUEUE_CORRECTIONS if card.category.value == "correction" else QUEUE_OTHERS,
     )
 
 

@@ -18,6 +18,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
+from itertools import repeat
 
 from django.conf import settings
 from django.db import connection
@@ -124,6 +125,7 @@ def fact_tail(content: str) -> str:
     return f" {escape(' '.join(content.split()))}\n"
 
 
+@lru_cache(maxsize=65536)  # a user's facts are rendered again at every turn
 def fact_line(category: str, content: str) -> str:
     return f"- [{category}]{fact_tail(content)}"
 
@@ -235,7 +237,7 @@ def _render(
     corrections, others, expired = (
         ([], [], []) if mode == "tool" else _fact_rows(user_id, agent_name, project_id, now.timestamp())
     )
-    result.excluded += [(fact_id, EXPIRED) for fact_id in expired]
+    result.excluded += zip(expired, repeat(EXPIRED))
 
     # The profile must fit first; sections are dropped (history oldest first) until it does.
     frame_tokens = _piece_tokens(OPEN) + _piece_tokens(CLOSE)
@@ -252,7 +254,7 @@ def _render(
     if profile_cost([]) > limits.budget:
         # Not even the frame fits: nothing is injected.
         result.excluded = [(f"profile:{name}", BUDGET) for name, _ in profile] + result.excluded
-        result.excluded += [(fact_id, BUDGET) for fact_id in corrections + others]
+        result.excluded += zip(corrections + others, repeat(BUDGET))
         return result
     kept = list(profile)
     for name in DROP_ORDER:
@@ -279,7 +281,7 @@ def _render(
         lines = chosen_corrections if is_correction else chosen_facts
         for position, fact_id in enumerate(queue):
             if len(included) >= limits.top_n:
-                result.excluded += [(f, TOP_N) for f in queue[position:]]
+                result.excluded += zip(queue[position:], repeat(TOP_N))  # (id, reason) pairs, made in C
                 break
             category, content, tail_tokens = text_of[fact_id]
             line = fact_line(category, content)
@@ -287,10 +289,10 @@ def _render(
                 tail_tokens = fact_tail_tokens(content)
             cost = _piece_tokens(f"- [{category}]") + tail_tokens + (0 if lines else _piece_tokens(header))
             if is_correction and correction_used + cost > limits.correction_budget:
-                result.excluded += [(f, CORRECTION_BUDGET) for f in queue[position:]]
+                result.excluded += zip(queue[position:], repeat(CORRECTION_BUDGET))
                 break
             if used + cost > limits.budget:
-                result.excluded += [(f, BUDGET) for f in queue[position:]]
+                result.excluded += zip(queue[position:], repeat(BUDGET))
                 break
             lines.append(line)
             included.append(fact_id)

@@ -169,8 +169,8 @@ def test_reindex_check_reports_index_drift(make_card, store: Store) -> None:
     conn.execute("DELETE FROM cards WHERE id = ?", (missing.id,))
     conn.execute("UPDATE cards SET sig = 'x' WHERE id = ?", (changed.id,))
     conn.execute(
-        f"INSERT INTO cards ({index._COLUMNS}) VALUES ({', '.join('?' * 18)})",
-        ("fact_aaaaaaaaaaaa", *(["x"] * 14), None, None, None),
+        f"INSERT INTO cards ({index._COLUMNS}) VALUES ({', '.join('?' * 19)})",
+        ("fact_aaaaaaaaaaaa", *(["x"] * 14), None, None, None, 1),
     )
     code, report = _check()
     assert code == 1
