@@ -30,6 +30,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from itertools import chain
 from typing import NamedTuple
 
 from facts.atomic import make_private_dirs
@@ -77,6 +78,7 @@ _UPDATE = (
 )
 _CONTENT = 11  # positions in a row
 _TERMS = 12
+_DL = 13
 _SIG = 14
 _VHASH = 15
 _THASH = 16
@@ -355,10 +357,9 @@ def _fill(
                 conn,
                 [(row[_THASH], row[_TERMS], row[_NTOK]) for row, (t, _) in zip(rows, chunk, strict=True) if t.fresh],
             )
-            for row in rows:
-                words = row[_TERMS].split()
-                tokens += len(words)
-                freq.update(set(words))
+            # Document frequencies and the token total (``dl`` is the row's term count).
+            freq.update(chain.from_iterable(set(row[_TERMS].split()) for row in rows))
+            tokens += sum(row[_DL] for row in rows)
             conn.executemany(_INSERT, rows)
             if progress:
                 progress(min(start + step, total), total)
