@@ -90,6 +90,9 @@ def tokenizes_everything() -> bool:
 _reader: tuple[int, object, object, sqlite3.Connection | None] | None = None
 
 
+READ_MMAP_BYTES = 1 << 30  # SQLite maps no more than the file's size
+
+
 def _cache_path() -> Path:
     # Beside the index, wherever it is (MEMORY_INDEX_DIR on several machines).
     from .indexdb import index_path
@@ -110,6 +113,9 @@ def _read_conn() -> sqlite3.Connection | None:
     if path.exists():
         try:
             conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+            # Read through a memory map: a rebuild's scanning processes look up every
+            # card file's entry, ~9 µs a row through read() calls, ~5 mapped.
+            conn.execute(f"PRAGMA mmap_size={READ_MMAP_BYTES}")
             conn.execute("SELECT hash FROM terms LIMIT 1").fetchall()
         except sqlite3.Error:
             # No table yet, or an unreadable file: every lookup is a miss (the rebuild

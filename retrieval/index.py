@@ -26,7 +26,6 @@ import hashlib
 import logging
 import marshal
 import sqlite3
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -281,18 +280,19 @@ def scan_cache_lookup(digests: list[str]) -> dict[str, tuple[tuple, dict[str, ob
     keys = {f"{version}:{digest}": digest for digest in digests}
     found: dict[str, tuple[tuple, dict[str, object]]] = {}
     wanted = list(keys)
+    same = {}.setdefault
     try:
         for start in range(0, len(wanted), 500):
             chunk = wanted[start : start + 500]
             sql = f"SELECT key, entry FROM scans WHERE key IN ({', '.join('?' * len(chunk))})"
             for key, entry in conn.execute(sql, chunk):
                 ident, row = marshal.loads(entry)
-                # One object for the strings a user's cards repeat (user, agent, bucket,
-                # category…): the chunk pickled for the parent then holds each once.
-                ident = tuple(_shared(value) for value in ident)
+                # One object for the strings a bucket's cards repeat (user, agent, bucket,
+                # scope, category): the chunk pickled for the parent then holds each once.
+                ident = (ident[0], *[same(v, v) for v in ident[1:]])
                 scanned = None
                 if row is not None:
-                    row = (row[0], *map(_shared, row[1:_CONTENT]), *row[_CONTENT:])
+                    row = (row[0], *[same(v, v) for v in row[1:_SHARED_END]], *row[_SHARED_END:])
                     scanned = ScanRow(derived.Terms(row[_THASH], row[_TERMS], row[_NTOK], False), row)
                 found[keys[key]] = (ident, {SCAN_EXTRA: scanned})
     except (sqlite3.Error, ValueError, EOFError, TypeError, IndexError):
@@ -300,8 +300,8 @@ def scan_cache_lookup(digests: list[str]) -> dict[str, tuple[tuple, dict[str, ob
     return found
 
 
-def _shared(value: object) -> object:
-    return sys.intern(value) if type(value) is str else value
+# Row fields 1-6 (scope, bucket, user, agent, project, category) repeat within a bucket.
+_SHARED_END = 7
 
 
 def _store_scans(conn: sqlite3.Connection, snap: FileSnapshot) -> None:
