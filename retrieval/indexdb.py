@@ -29,8 +29,8 @@ log = logging.getLogger(__name__)
 # Bump when the schema or the tokenization changes: an index of another version is
 # rebuilt on first use, and its rows count as changed in `drift`.
 # 5: vector hashes (vhash) and stemmed English terms; 6: terms hashes, line tokens;
-# 7: the render's queue per row (corrections first)
-SCHEMA_VERSION = 7
+# 7: the render's queue per row (corrections first); 8: FTS5 without column sizes
+SCHEMA_VERSION = 8
 INDEX_DIR = ".retrieval"
 INDEX_FILE = "index.sqlite3"
 BUSY_TIMEOUT_MS = 30_000
@@ -64,8 +64,10 @@ CREATE TABLE IF NOT EXISTS cards (
 -- for each query term (2–10 ms for a common word at 100k rows); these make it O(terms).
 CREATE TABLE IF NOT EXISTS df (term TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS stats (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+-- columnsize=0: no per-row token counts (the %_docsize table): they only serve FTS5's
+-- own bm25(), which is not used (BM25 comes from the rows' dl and the df table).
 CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
-    scope, terms, content='cards', content_rowid='rid', tokenize='unicode61'
+    scope, terms, content='cards', content_rowid='rid', tokenize='unicode61', columnsize=0
 );
 """
 
