@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from .cardfile import Card, parse_card
@@ -109,14 +109,21 @@ def write(served: Sequence[Served], *, count_tokens: Callable[[str], int] | None
         )
         if rows and rows[0].pk is None:  # a backend that does not return ids (not ours)
             raise RuntimeError("bulk_create returned no ids")
-        InjectedFact.objects.bulk_create(
-            [
-                InjectedFact(injection=row, fact_id=fact_id, revision=revisions.get((fact_id, s.served_at)), position=n)
-                for row, s in zip(rows, kept, strict=True)
-                for n, fact_id in enumerate(s.fact_ids)
-                if fact_id in existing
-            ]
-        )
+        # Plain rows, not model instances: a busy server flushes ~10k of them a second
+        # (50 facts a render), and building the instances held the GIL for ~0.1 s, a
+        # stall every request in the process felt (context p99 150 ms at 8 clients).
+        meta = InjectedFact._meta
+        columns = ", ".join(meta.get_field(name).column for name in ("injection", "fact_id", "revision", "position"))
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                f"INSERT INTO {meta.db_table} ({columns}) VALUES (%s, %s, %s, %s)",
+                [
+                    (row.pk, fact_id, revisions.get((fact_id, s.served_at)), n)
+                    for row, s in zip(rows, kept, strict=True)
+                    for n, fact_id in enumerate(s.fact_ids)
+                    if fact_id in existing
+                ],
+            )
 
 
 def prune(*, now: datetime | None = None, days: int | None = None) -> int:

@@ -32,12 +32,12 @@ class Scanned:
     """One card file as a scan read it: its path, the SHA-256 of its text, and the card
     (or why there is none), with what the registered scan extras computed from it.
 
-    A scanning process parses the card, runs the extras, and sends the card back as its
-    text: pickling a pydantic card and unpickling it in the serial parent cost ~80 µs a
-    card, a string next to nothing. `card` parses that text again on first use (the
-    worker already parsed it, so it cannot fail), which a rebuild needs only for the few
-    cards whose file changed; `ident` (id, user, agent, project) is sent along for the
-    checks every card gets.
+    A scanning process parses the card (unless the scan cache knows its file), runs the
+    extras, and sends the card back as its file's bytes: pickling a pydantic card and
+    unpickling it in the serial parent cost ~80 µs a card, bytes next to nothing. `card`
+    parses them again on first use (the file parsed once already, so it cannot fail),
+    which a rebuild needs only for the few cards whose file changed; `ident` (id, user,
+    agent, project) is sent along for the checks every card gets.
     """
 
     __slots__ = ("_card", "_raw", "cached", "digest", "error", "extra", "ident", "rel")
