@@ -124,13 +124,22 @@ def bucket_queues(buckets: Sequence[str], now_ts: float) -> tuple[list[str], lis
     return result
 
 
-def contents(ids: Sequence[str]) -> dict[str, tuple[str, str, int | None]]:
-    """id → (category, content, tokens of its fact line after the category)."""
+def contents(ids: Sequence[str], buckets: Sequence[str] = ()) -> dict[str, tuple[str, str, int | None]]:
+    """id → (category, content, tokens of its fact line after the category). With the
+    `buckets` the ids are in (the render), the rows are found through the bucket index:
+    a bucket's entries there, and its rows in the table, lie together, where the ids
+    lie scattered over the id index (a page read each when the pages are cold: ~60 µs
+    of a 25-fact render's ~0.4 ms)."""
     if not ids:
         return {}
     marks = ", ".join("?" * len(ids))
+    args: tuple[str, ...] = tuple(ids)
     sql = f"SELECT id, category, content, ntok FROM cards WHERE id IN ({marks})"
-    rows = _retrying(lambda conn: conn.execute(sql, tuple(ids)).fetchall())
+    if buckets:
+        where = ", ".join("?" * len(buckets))
+        sql = f"SELECT id, category, content, ntok FROM cards INDEXED BY cards_bucket WHERE bucket IN ({where}) AND id IN ({marks})"
+        args = (*buckets, *ids)
+    rows = _retrying(lambda conn: conn.execute(sql, args).fetchall())
     assert isinstance(rows, list)
     return {row[0]: row[1:] for row in rows}
 

@@ -267,7 +267,10 @@ def _render(
 
     # Each queue can take at most top_n facts and then meet one misfit: only those
     # need their content.
-    text_of = index.contents(corrections[: limits.top_n + 1] + others[: limits.top_n + 1])
+    buckets = [index.bucket_key(user_id=user_id, agent_name=agent_name)]
+    if project_id and mode != "tool":
+        buckets.append(index.bucket_key(project_id=project_id))
+    text_of = index.contents(corrections[: limits.top_n + 1] + others[: limits.top_n + 1], buckets)
     chosen_corrections: list[str] = []
     chosen_facts: list[str] = []
     included: list[str] = []

@@ -253,7 +253,7 @@ def _fake_store(monkeypatch, facts: list[tuple], profile: list[tuple[str, str]])
     monkeypatch.setattr(
         render, "_profile_sections", lambda user_id: [(n, render._section_text(n, s)) for n, s in profile]
     )
-    monkeypatch.setattr(index, "contents", lambda ids: {i: texts[i] for i in ids})
+    monkeypatch.setattr(index, "contents", lambda ids, buckets=(): {i: texts[i] for i in ids})
 
 
 fact_strategy = st.tuples(
