@@ -267,10 +267,15 @@ def _render(
 
     # Each queue can take at most top_n facts and then meet one misfit: only those
     # need their content.
-    buckets = [index.bucket_key(user_id=user_id, agent_name=agent_name)]
-    if project_id and mode != "tool":
-        buckets.append(index.bucket_key(project_id=project_id))
-    text_of = index.contents(corrections[: limits.top_n + 1] + others[: limits.top_n + 1], buckets)
+    wanted = corrections[: limits.top_n + 1] + others[: limits.top_n + 1]
+    # Through the bucket index when the scope is not much bigger than what is shown (its
+    # entries and rows lie together); a scope of 1,000 cards is cheaper by the ids.
+    buckets: list[str] = []
+    if len(corrections) + len(others) <= 4 * len(wanted):
+        buckets.append(index.bucket_key(user_id=user_id, agent_name=agent_name))
+        if project_id:
+            buckets.append(index.bucket_key(project_id=project_id))
+    text_of = index.contents(wanted, buckets)
     chosen_corrections: list[str] = []
     chosen_facts: list[str] = []
     included: list[str] = []
