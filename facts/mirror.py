@@ -81,7 +81,7 @@ class Scanned:
     def fact_id(self) -> str | None:
         return None if self.ident is None else self.ident[0]
 
-    def as_text(self, raw: bytes) -> Scanned:
+    def keep_bytes(self, raw: bytes) -> Scanned:
         """Drop the parsed card, keeping the file's bytes to parse it again (before
         pickling). Bytes, not the text: UTF-8 is half the size of Python's str for a
         card with any Chinese in it (one CJK character widens the whole string)."""
@@ -170,8 +170,8 @@ def _parse(root: str, rel: str, raw: bytes, digest: str) -> tuple[Scanned, bool]
 
 
 def _scan_chunk(args: tuple[str, list[str]]) -> list[Scanned]:
-    """In a scanning process: the chunk's cards, each sent back as its text (see
-    `Scanned`); those the scan cache knows by their digest are not parsed at all."""
+    """In a scanning process: the chunk's cards, each sent back as its file's bytes
+    (see `Scanned`); those the scan cache knows by their digest are not parsed at all."""
     root, rels = args
     read = [(rel, _read(root, rel)) for rel in rels]
     known = _scan_cache([r[1] for _, r in read if not isinstance(r, Scanned)]) if _scan_cache else {}
@@ -186,7 +186,7 @@ def _scan_chunk(args: tuple[str, list[str]]) -> list[Scanned]:
             out.append(Scanned.from_cache(rel, digest, raw, *hit))
             continue
         item, parsed = _parse(root, rel, raw, digest)
-        out.append(item.as_text(raw) if parsed else item)
+        out.append(item.keep_bytes(raw) if parsed else item)
     return out
 
 
@@ -225,19 +225,12 @@ def _walk(root: str, rel_dir: str, found: list, *, ctimes: bool = False) -> list
     return found
 
 
-def _walk_many(args: tuple[str, list[str]]) -> list[str]:
-    root, rel_dirs = args
-    found: list[str] = []
+def _walk_many(args: tuple[str, list[str], bool]) -> list:
+    """`_walk` over several folders (in a pool worker): paths, or (path, ctime) pairs."""
+    root, rel_dirs, ctimes = args
+    found: list = []
     for rel_dir in rel_dirs:
-        _walk(root, rel_dir, found)
-    return found
-
-
-def _walk_many_ctimes(args: tuple[str, list[str]]) -> list[tuple[str, int | None]]:
-    root, rel_dirs = args
-    found: list[tuple[str, int | None]] = []
-    for rel_dir in rel_dirs:
-        _walk(root, rel_dir, found, ctimes=True)
+        _walk(root, rel_dir, found, ctimes=ctimes)
     return found
 
 
@@ -256,8 +249,8 @@ def _card_ctimes(store: Store) -> list[tuple[str, int | None]]:
                     found.append((rel, os.stat(os.path.join(root, rel)).st_ctime_ns))
                 except OSError:
                     found.append((rel, None))
-            chunks = [(root, dirs[i : i + 25]) for i in range(0, len(dirs), 25)]
-            for part in pool.imap(_walk_many_ctimes, chunks) if pool else map(_walk_many_ctimes, chunks):
+            chunks = [(root, dirs[i : i + 25], True) for i in range(0, len(dirs), 25)]
+            for part in pool.imap(_walk_many, chunks) if pool else map(_walk_many, chunks):
                 found.extend(part)
     finally:
         if pool is not None:
@@ -275,9 +268,9 @@ def _card_rels(store: Store, pool: Any | None = None) -> list[str]:
         files, dirs = _top_dirs_of(store, top)
         rels.extend(files)
         if pool is None:
-            rels.extend(_walk_many((root, dirs)))
+            rels.extend(_walk_many((root, dirs, False)))
         else:
-            for part in pool.imap(_walk_many, [(root, dirs[i : i + 25]) for i in range(0, len(dirs), 25)]):
+            for part in pool.imap(_walk_many, [(root, dirs[i : i + 25], False) for i in range(0, len(dirs), 25)]):
                 rels.extend(part)
     return rels
 

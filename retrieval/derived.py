@@ -100,7 +100,8 @@ def _cache_path() -> Path:
     return index_path().parent / CACHE_FILE
 
 
-def _read_conn() -> sqlite3.Connection | None:
+def read_connection() -> sqlite3.Connection | None:
+    """This process's read-only connection to the cache file (None when it has none)."""
     global _reader
     from django.conf import settings
 
@@ -125,11 +126,6 @@ def _read_conn() -> sqlite3.Connection | None:
     return conn
 
 
-def read_connection() -> sqlite3.Connection | None:
-    """This process's read-only connection to the cache file (None when it has none)."""
-    return _read_conn()
-
-
 def close_reader() -> None:
     """Forget this process's read connection (after a rebuild replaced entries, tests)."""
     global _reader
@@ -140,7 +136,7 @@ def close_reader() -> None:
 
 
 def _cached(thash: str) -> tuple[str, int] | None:
-    conn = _read_conn()
+    conn = read_connection()
     if conn is None:
         return None
     try:

@@ -29,7 +29,7 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain
 from typing import NamedTuple
 
@@ -100,6 +100,14 @@ def bucket_key(*, user_id: str | None = None, agent_name: str | None = None, pro
     if not project_id:
         raise ValueError("a scope needs a user_id or a project_id")
     return f"p\x1f{project_id}"
+
+
+def scopes(user_id: str, agent_name: str | None, project_id: str | None) -> list[str]:
+    """The buckets a user × agent (× project) reads: its own, and the project's."""
+    buckets = [bucket_key(user_id=user_id, agent_name=agent_name)]
+    if project_id:
+        buckets.append(bucket_key(project_id=project_id))
+    return buckets
 
 
 def scope_term(bucket: str) -> str:
@@ -264,9 +272,29 @@ def _scan_version() -> str:
     return f"{SCHEMA_VERSION}/{derived.TOKENIZER_ID}/{model}"
 
 
-def _scan_entry(item: Scanned) -> bytes:
+def _scan_keys(digests: Iterable[str]) -> dict[str, str]:
+    """key → digest: the cache's keys of these file digests."""
+    version = _scan_version()
+    return {f"{version}:{digest}": digest for digest in digests}
+
+
+def _scanned_by_key(snap: FileSnapshot) -> dict[str, Scanned]:
+    """The snapshot's cards by their scan-cache key."""
+    items = [item for item in snap.cards.values() if item.ident is not None]
+    return dict(zip(_scan_keys(item.digest for item in items), items, strict=True))
+
+
+def _scan_value(item: Scanned) -> tuple:
+    """What the cache keeps of a parsed card file: (ident, index row or None)."""
     scanned = scanned_row(item)
-    return marshal.dumps((item.ident, None if scanned is None else scanned.row))
+    return (item.ident, None if scanned is None else scanned.row)
+
+
+def _scan_entries(conn: sqlite3.Connection, table: str, keys: Sequence[str]) -> Iterator[tuple[str, bytes]]:
+    """(key, entry) of the `keys` `table` holds, 500 keys a query."""
+    for start in range(0, len(keys), 500):
+        chunk = keys[start : start + 500]
+        yield from conn.execute(f"SELECT key, entry FROM {table} WHERE key IN ({', '.join('?' * len(chunk))})", chunk)
 
 
 def scan_cache_lookup(digests: list[str]) -> dict[str, tuple[tuple, dict[str, object]]]:
@@ -277,25 +305,20 @@ def scan_cache_lookup(digests: list[str]) -> dict[str, tuple[tuple, dict[str, ob
     conn = derived.read_connection()
     if conn is None:
         return {}
-    version = _scan_version()
-    keys = {f"{version}:{digest}": digest for digest in digests}
+    keys = _scan_keys(digests)
     found: dict[str, tuple[tuple, dict[str, object]]] = {}
-    wanted = list(keys)
     same = {}.setdefault
     try:
-        for start in range(0, len(wanted), 500):
-            chunk = wanted[start : start + 500]
-            sql = f"SELECT key, entry FROM scans WHERE key IN ({', '.join('?' * len(chunk))})"
-            for key, entry in conn.execute(sql, chunk):
-                ident, row = marshal.loads(entry)
-                # One object for the strings a bucket's cards repeat (user, agent, bucket,
-                # scope, category): the chunk pickled for the parent then holds each once.
-                ident = (ident[0], *[same(v, v) for v in ident[1:]])
-                scanned = None
-                if row is not None:
-                    row = (row[0], *[same(v, v) for v in row[1:_SHARED_END]], *row[_SHARED_END:])
-                    scanned = ScanRow(derived.Terms(row[_THASH], row[_TERMS], row[_NTOK], False), row)
-                found[keys[key]] = (ident, {SCAN_EXTRA: scanned})
+        for key, entry in _scan_entries(conn, "scans", list(keys)):
+            ident, row = marshal.loads(entry)
+            # One object for the strings a bucket's cards repeat (user, agent, bucket,
+            # scope, category): the chunk pickled for the parent then holds each once.
+            ident = (ident[0], *[same(v, v) for v in ident[1:]])
+            scanned = None
+            if row is not None:
+                row = (row[0], *[same(v, v) for v in row[1:_SHARED_END]], *row[_SHARED_END:])
+                scanned = ScanRow(derived.Terms(row[_THASH], row[_TERMS], row[_NTOK], False), row)
+            found[keys[key]] = (ident, {SCAN_EXTRA: scanned})
     except (sqlite3.Error, ValueError, EOFError, TypeError, IndexError):
         return {}  # an older or damaged cache file: everything is parsed, and rewritten
     return found
@@ -307,11 +330,10 @@ _SHARED_END = 7
 
 def _store_scans(conn: sqlite3.Connection, snap: FileSnapshot) -> None:
     """Inside `_fill`'s transaction: remember what was parsed, forget what no file has."""
-    version = _scan_version()
-    items = [item for item in snap.cards.values() if item.ident is not None]
-    fresh = [(f"{version}:{item.digest}", item.ident[0], _scan_entry(item)) for item in items if not item.cached]  # type: ignore[index]
+    items = _scanned_by_key(snap)
+    fresh = [(key, item.fact_id, marshal.dumps(_scan_value(item))) for key, item in items.items() if not item.cached]
     conn.executemany("INSERT OR REPLACE INTO vc.scans (key, fact_id, entry) VALUES (?, ?, ?)", fresh)
-    keys = {f"{version}:{item.digest}" for item in items}
+    keys = items.keys()
     if fresh or conn.execute("SELECT count(*) FROM vc.scans").fetchone()[0] != len(keys):
         conn.execute("CREATE TEMP TABLE IF NOT EXISTS live_scans (key TEXT PRIMARY KEY) WITHOUT ROWID")
         conn.execute("DELETE FROM temp.live_scans")
@@ -480,8 +502,9 @@ def _apply(conn: sqlite3.Connection, puts: Sequence[tuple], removals: Iterable[s
             learned.append((row[_THASH], row[_TERMS], row[_NTOK]))
         # A card written or removed: what the scan cache knew of its old file goes (an
         # erased card's text must not stay behind in it).
-        conn.executemany("DELETE FROM vc.scans WHERE fact_id = ?", [(row[0],) for row in puts])
-        conn.executemany("DELETE FROM vc.scans WHERE fact_id = ?", [(fact_id,) for fact_id in removals])
+        conn.executemany(
+            "DELETE FROM vc.scans WHERE fact_id = ?", [(row[0],) for row in puts] + [(fact_id,) for fact_id in removals]
+        )
         vectors.forget_unused(conn, dropped)
         # The write path fills the terms cache too, so a rebuild after it tokenizes nothing.
         derived.store(conn, learned)
@@ -578,23 +601,18 @@ def _scan_cache_drift(snap: FileSnapshot) -> list[str]:
     path = index_path()
     if not path.exists():
         return []
-    version = _scan_version()
-    items = {f"{version}:{item.digest}": item for item in snap.cards.values() if item.ident is not None}
+    items = _scanned_by_key(snap)
     bad: list[str] = []
     conn = _connect(path)
     try:
-        wanted = list(items)
-        for start in range(0, len(wanted), 500):
-            chunk = wanted[start : start + 500]
-            sql = f"SELECT key, entry FROM vc.scans WHERE key IN ({', '.join('?' * len(chunk))})"
-            for key, entry in conn.execute(sql, chunk):
-                item = items[key]
-                try:
-                    same = marshal.loads(entry) == marshal.loads(_scan_entry(item))
-                except (ValueError, EOFError, TypeError):
-                    same = False
-                if not same:
-                    bad.append(item.ident[0])  # type: ignore[index]
+        for key, entry in _scan_entries(conn, "vc.scans", list(items)):
+            item = items[key]
+            try:
+                same = marshal.loads(entry) == _scan_value(item)
+            except (ValueError, EOFError, TypeError):
+                same = False
+            if not same:
+                bad.append(item.fact_id)  # type: ignore[arg-type]
     finally:
         conn.close()
     return bad

@@ -180,18 +180,16 @@ def _profile_sections(user_id: str) -> list[tuple[str, str]]:
 
 
 def _fact_rows(
-    user_id: str, agent_name: str | None, project_id: str | None, now_ts: float
+    user_id: str, agent_name: str | None, project_id: str | None, buckets: list[str], now_ts: float
 ) -> tuple[list[str], list[str], list[str]]:
-    """Ids of the live cards in scope, corrections and the rest, each best first (from
-    the index), and of the expired ones (status from the mirror, date from the index).
-    Superseded cards are history, never context."""
+    """Ids of the live cards in `buckets` (the scope's, `index.scopes`), corrections and
+    the rest, each best first (from the index), and of the expired ones (status from the
+    mirror, date from the index). Superseded cards are history, never context."""
     agent = normalize_agent(agent_name)
-    buckets = [index.bucket_key(user_id=user_id, agent_name=agent)]
     table = FactCard._meta.db_table
     sql = f"SELECT id FROM {table} WHERE user_id = %s AND agent_name = %s AND status = %s AND project_id = ''"
     params: list[str] = [user_id, agent, CardStatus.EXPIRED.value]
     if project_id:
-        buckets.append(index.bucket_key(project_id=project_id))
         sql += f" UNION ALL SELECT id FROM {table} WHERE user_id = '' AND project_id = %s AND status = %s"
         params += [project_id, CardStatus.EXPIRED.value]
     with connection.cursor() as cursor:
@@ -234,8 +232,9 @@ def _render(
         top_n=limits.top_n,
     )
     profile = _profile_sections(user_id)
+    buckets = index.scopes(user_id, agent_name, project_id)
     corrections, others, expired = (
-        ([], [], []) if mode == "tool" else _fact_rows(user_id, agent_name, project_id, now.timestamp())
+        ([], [], []) if mode == "tool" else _fact_rows(user_id, agent_name, project_id, buckets, now.timestamp())
     )
     result.excluded += zip(expired, repeat(EXPIRED))
 
@@ -270,12 +269,8 @@ def _render(
     wanted = corrections[: limits.top_n + 1] + others[: limits.top_n + 1]
     # Through the bucket index when the scope is not much bigger than what is shown (its
     # entries and rows lie together); a scope of 1,000 cards is cheaper by the ids.
-    buckets: list[str] = []
-    if len(corrections) + len(others) <= 4 * len(wanted):
-        buckets.append(index.bucket_key(user_id=user_id, agent_name=agent_name))
-        if project_id:
-            buckets.append(index.bucket_key(project_id=project_id))
-    text_of = index.contents(wanted, buckets)
+    small = len(corrections) + len(others) <= 4 * len(wanted)
+    text_of = index.contents(wanted, buckets if small else ())
     chosen_corrections: list[str] = []
     chosen_facts: list[str] = []
     included: list[str] = []

@@ -91,13 +91,6 @@ def final_score(raw_bm25: float, confidence: float, created_at: datetime, now: d
     return -raw_bm25 * decay + part, decay, part
 
 
-def scopes(user_id: str, agent_name: str | None, project_id: str | None) -> list[str]:
-    buckets = [index.bucket_key(user_id=user_id, agent_name=agent_name)]
-    if project_id:
-        buckets.append(index.bucket_key(project_id=project_id))
-    return buckets
-
-
 def clamp(value: object, low: int, high: int, default: int) -> int:
     try:
         number = int(value)  # type: ignore[call-overload]
@@ -120,10 +113,11 @@ def search(
     now = now or datetime.now(UTC)
     terms = query_terms(query or "")
     if vectors.enabled() and (query or "").strip():
-        return _hybrid(query, terms, scopes(user_id, agent_name, project_id), limit=limit, now=now)
+        return _hybrid(query, terms, index.scopes(user_id, agent_name, project_id), limit=limit, now=now)
     if not terms:
         return []
-    rows = index.candidates(terms, scopes(user_id, agent_name, project_id), limit=2 * limit, now_ts=now.timestamp())
+    buckets = index.scopes(user_id, agent_name, project_id)
+    rows = index.candidates(terms, buckets, limit=2 * limit, now_ts=now.timestamp())
     hits = []
     for fact_id, content, category, confidence, created_iso, raw in rows:
         created = datetime.fromisoformat(created_iso)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable
 from datetime import UTC, datetime
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,27 @@ from facts.ids import new_fact_id
 from facts.store import Store
 
 FIXED_NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def reindex_quietly(*flags: str) -> None:
+    """``manage.py reindex`` with its output swallowed."""
+    from django.core.management import call_command
+
+    call_command("reindex", "--no-progress", *flags, stdout=StringIO(), stderr=StringIO())
+
+
+def reindex_check() -> tuple[int, dict]:
+    """``manage.py reindex --check --json``: (exit code, report)."""
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    out = StringIO()
+    try:
+        call_command("reindex", "--check", "--json", stdout=out)
+        code = 0
+    except CommandError as exc:
+        code = exc.returncode
+    return code, json.loads(out.getvalue())
 
 
 @pytest.fixture(autouse=True)

@@ -3,20 +3,18 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from io import StringIO
 
 import numpy as np
 import pytest
-from django.core.management import call_command
-from django.core.management.base import CommandError
 
 from facts.store import Store
 from facts.writer import delete_card, save_card
 from retrieval import derived, index, vectors
 from retrieval.search import search
 from tests.conftest import FIXED_NOW
+from tests.conftest import reindex_check as _check
+from tests.conftest import reindex_quietly as _reindex
 
 pytestmark = pytest.mark.django_db
 
@@ -38,20 +36,6 @@ def work(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
     monkeypatch.setattr(derived, "document_terms", counting_tokenize)
     monkeypatch.setattr(vectors, "embed", counting_embed)
     return seen
-
-
-def _reindex(*flags: str) -> None:
-    call_command("reindex", "--no-progress", *flags, stdout=StringIO(), stderr=StringIO())
-
-
-def _check() -> tuple[int, dict]:
-    out = StringIO()
-    try:
-        call_command("reindex", "--check", "--json", stdout=out)
-        code = 0
-    except CommandError as exc:
-        code = exc.returncode
-    return code, json.loads(out.getvalue())
 
 
 def _found(query: str) -> list[str]:

@@ -16,22 +16,13 @@ from facts.writer import delete_card, save_card, update_card
 from retrieval import index, vectors
 from retrieval.search import memory_search_json, search
 from tests.conftest import FIXED_NOW
+from tests.conftest import reindex_check as _check
 
 pytestmark = pytest.mark.django_db
 
 
 def _found(query: str, user: str = "alice") -> list[str]:
     return [hit.id for hit in search(query, user_id=user, agent_name="coder", now=FIXED_NOW)]
-
-
-def _check() -> tuple[int, dict]:
-    out = StringIO()
-    try:
-        call_command("reindex", "--check", "--json", stdout=out)
-        code = 0
-    except CommandError as exc:
-        code = exc.returncode
-    return code, json.loads(out.getvalue())
 
 
 def _cached_hashes() -> set[str]:

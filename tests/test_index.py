@@ -10,7 +10,6 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from django.core.management.base import CommandError
 
 from facts.enums import CardStatus
 from facts.store import Bucket, Store
@@ -19,6 +18,7 @@ from memoryadmin import rebuild
 from retrieval import index
 from retrieval.search import search
 from tests.conftest import FIXED_NOW
+from tests.conftest import reindex_check as _check
 
 pytestmark = pytest.mark.django_db
 
@@ -149,16 +149,6 @@ def test_updates_and_searches_use_indexed_lookups(make_card) -> None:
     plan = " ".join(str(r) for r in conn.execute("EXPLAIN QUERY PLAN SELECT rid FROM cards WHERE id = ?", ("x",)))
     assert "USING INDEX" in plan or "USING COVERING INDEX" in plan
     assert index._match(["rust"], ["u\x1falice\x1fcoder"]).startswith('scope : ("s')
-
-
-def _check() -> tuple[int, dict]:
-    out = StringIO()
-    try:
-        call_command("reindex", "--check", "--json", stdout=out)
-        code = 0
-    except CommandError as exc:
-        code = exc.returncode
-    return code, json.loads(out.getvalue())
 
 
 def test_reindex_check_reports_index_drift(make_card, store: Store) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from io import StringIO
 
 import pytest
@@ -14,22 +13,13 @@ from facts.models import FactCard, FactRevision, ProfileSection
 from facts.profilefile import Section
 from facts.store import Store
 from facts.writer import commit_profile, save_card
+from tests.conftest import reindex_check as _check
 
 pytestmark = pytest.mark.django_db
 
 
 def _mirror() -> list[dict]:
     return [model_to_dict(row) for row in FactCard.objects.order_by("id")]
-
-
-def _check() -> tuple[int, dict]:
-    out = StringIO()
-    try:
-        call_command("reindex", "--check", "--json", stdout=out)
-        code = 0
-    except CommandError as exc:
-        code = exc.returncode
-    return code, json.loads(out.getvalue())
 
 
 def _seed(make_card, n: int = 5) -> list:

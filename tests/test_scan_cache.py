@@ -4,14 +4,10 @@ parse, ``--no-cache`` ignores it, and nothing of a removed card stays in it."""
 
 from __future__ import annotations
 
-import json
 import marshal
 import os
-from io import StringIO
 
 import pytest
-from django.core.management import call_command
-from django.core.management.base import CommandError
 
 from facts import mirror
 from facts.store import Store
@@ -19,6 +15,8 @@ from facts.writer import delete_card, save_card
 from retrieval import derived, index
 from retrieval.search import search
 from tests.conftest import FIXED_NOW
+from tests.conftest import reindex_check as _check
+from tests.conftest import reindex_quietly as _reindex
 
 pytestmark = pytest.mark.django_db
 
@@ -35,20 +33,6 @@ def parsed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(mirror, "_parse", counting)
     return seen
-
-
-def _reindex(*flags: str) -> None:
-    call_command("reindex", "--no-progress", *flags, stdout=StringIO(), stderr=StringIO())
-
-
-def _check() -> tuple[int, dict]:
-    out = StringIO()
-    try:
-        call_command("reindex", "--check", "--json", stdout=out)
-        code = 0
-    except CommandError as exc:
-        code = exc.returncode
-    return code, json.loads(out.getvalue())
 
 
 def _found(query: str) -> list[str]:
