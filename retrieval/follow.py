@@ -128,12 +128,14 @@ class Follower:
             self.position = max(self.position, fresh[-1][0])
         horizon = time.monotonic() - 2 * LOOKBACK_SECONDS
         self.recent = {cid: at for cid, at in self.recent.items() if at >= horizon}
-        kept = (self.position, self.erasures_seen)
         self._scrub_after_erasures()
         self._prune()
+        # Taken after the scrub: a poll that only saw an erasure finish must keep that
+        # too, or a restart would scrub the index's files again.
+        kept = (self.position, self.erasures_seen)
         if fresh or kept != self._saved:
             self.save()
-            self._saved = (self.position, self.erasures_seen)
+            self._saved = kept
         return len(fresh)
 
     def _scrub_after_erasures(self) -> None:

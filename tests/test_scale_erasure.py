@@ -58,3 +58,42 @@ def test_another_machines_follower_drops_and_scrubs_an_erased_user(
     for path in machine_b.iterdir():
         assert b"xenaphobicword" not in path.read_bytes().lower(), path.name
     index.reset()
+
+
+def test_a_poll_that_only_sees_an_erasure_finish_keeps_it(
+    settings: Any, tmp_path: Path, memory_root: Path, make_card, monkeypatch
+) -> None:
+    """The erased cards' changes were applied by an earlier poll, before the erasure was
+    marked done: the poll that then scrubs must save `erasures_seen` at once, or the
+    next start scrubs the index's files again."""
+    from facts.models import Erasure
+    from retrieval import follow
+    from retrieval.follow import Follower
+
+    settings.MEMORY_CHANGE_LOG = True
+    settings.MEMORY_INDEX_DIR = str(tmp_path / "b-index")
+    index.reset()
+    follower = Follower.from_now()
+    index.connection()
+    follower.poll()
+    save_card(make_card(user_id="xena", content="Xenaphobicword keeps her passport in the blue folder."), actor="t")
+    erase(Scope.of("xena"), actor="tester")
+    done = Erasure.objects.get()
+    Erasure.objects.update(status=Erasure.Status.RUNNING)
+    follower.poll()  # applies the deletes; nothing to scrub yet
+    assert follower.erasures_seen == 0
+    Erasure.objects.update(status=Erasure.Status.DONE)
+    scrubs: list[Path] = []
+    monkeypatch.setattr(follow, "scrub_sqlite", scrubs.append)
+
+    assert follower.poll() == 0  # no card change: only the erasure finished
+    assert scrubs
+    assert follow._load_state().erasures_seen == done.id
+
+    scrubs.clear()
+    index.reset()
+    resumed = Follower.resume()
+    resumed.poll()
+    assert resumed.erasures_seen == done.id
+    assert not scrubs  # kept: not scrubbed a second time
+    index.reset()
