@@ -10,8 +10,8 @@ written directly with `facts.cardfile.dump_card` (no fsync, two processes) and t
 under ``{root}/var``. A finished corpus is cached: it is only regenerated when the
 parameters change or with ``--force``.
 
-Other benchmarks use `ensure_corpus()` and `django_env(root)`; `words()` / `sentence()`
-give them queries drawn from the same vocabulary.
+Other benchmarks use `ensure_corpus()` and `django_env(root)`; `words()` / `question()` /
+`sentence()` give them queries drawn from the same vocabulary.
 """
 
 from __future__ import annotations
@@ -110,6 +110,35 @@ def sentence(rng: random.Random, chinese: bool, n_words: int) -> str:
         if i % 3 == 1:
             parts.append(rng.choice(("the", "and", "with", "for", "of", "to")))
     return " ".join(parts) + "."
+
+
+# Questions as agents and people ask them (the labelled set's queries: "which database
+# does the billing service use", "用户的 PostgreSQL 版本", "服务部署在哪个云"): a question
+# frame around one to three content words.
+_EN_QUESTIONS = (
+    "which {0} does the user use",
+    "what does the user prefer for {0}",
+    "how does the user {0} the {1}",
+    "does the user like {0} or {1}",
+    "what is the user's {0} {1}",
+    "where does the user keep the {0}",
+    "when does the user {0} {1} {2}",
+)
+_ZH_QUESTIONS = (
+    "用户用什么{0}",
+    "用户的{0}在哪里",
+    "{0}用哪个{1}",
+    "用户喜欢{0}还是{1}",
+    "用户什么时候{0}",
+    "用户{0}的{1}是什么",
+    "{0}{1}怎么{2}",
+)
+
+
+def question(rng: random.Random, chinese: bool) -> str:
+    vocab = chinese_words() if chinese else english_words()
+    frame = rng.choice(_ZH_QUESTIONS if chinese else _EN_QUESTIONS)
+    return frame.format(*(_pick(rng, vocab) for _ in range(3)))
 
 
 def words(rng: random.Random, chinese: bool, n: int) -> str:
