@@ -130,6 +130,7 @@ def test_search_and_writes_survive_a_broken_model(embeddings: None, make_card, m
         raise vectors.EmbeddingUnavailable("model file damaged")
 
     monkeypatch.setattr(vectors, "embed", broken)
+    monkeypatch.setattr(vectors, "embed_query", broken)
     vectors._query_vector.cache_clear()
     card = save_card(make_card(content="Uses Redis as a cache."), actor="t")
     assert _found("Redis cache") == [card.id]  # lexical answer

@@ -200,9 +200,14 @@ class Doctor:
         except vectors.EmbeddingUnavailable as exc:
             self.fail("embeddings", f"{exc}: install requirements.txt, or set MEMORY_EMBEDDINGS=off")
             return
+        path = (
+            "queries use the one-text path"
+            if vectors.query_path() == "single"
+            else "queries use the package's batch path (the one-text path did not match it: see the log)"
+        )
         self.ok(
             "embeddings",
-            f"model {vectors.MODEL_ID} loads and embeds ({dims} dimensions, {time.monotonic() - started:.1f}s)",
+            f"model {vectors.MODEL_ID} loads and embeds ({dims} dimensions, {time.monotonic() - started:.1f}s); {path}",
         )
 
     def check_turns(self) -> None:
