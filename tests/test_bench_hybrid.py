@@ -25,7 +25,8 @@ def test_it_measures_search_and_rss_in_a_process_that_only_serves(tmp_path: Path
     (root / "var").mkdir()
     queries = {
         "short": [["time zone", "user0001", "coder"]],
-        "natural": [["The user wants logs kept for a week.", "user0001", "coder"]],
+        "question": [["用户的日志在哪里", "user0001", "coder"]],
+        "statement": [["The user wants logs kept for a week.", "user0001", "coder"]],
         "heavy": [["部署", corpus.HEAVY_USER, corpus.HEAVY_AGENT]],
     }
     file = tmp_path / "queries.json"
@@ -41,12 +42,10 @@ def test_it_measures_search_and_rss_in_a_process_that_only_serves(tmp_path: Path
         check=True,
     )
     figures = json.loads(out.stdout.strip().splitlines()[-1])
-    assert {name: figures[name]["n"] for name in ("search_short", "search_natural", "search_heavy")} == {
-        "search_short": 1,
-        "search_natural": 1,
-        "search_heavy": 1,
-    }
-    assert figures["search_natural_repeat"]["n"] == 1
+    names = ("search_short", "search_question", "search_statement", "search_heavy", "search_question_repeat")
+    assert {name: figures[name]["n"] for name in names} == dict.fromkeys(names, 1)
+    # Each set says how long its queries are, in the model's tokens.
+    assert "hybrid search, 1 questions (" in out.stdout and " tok)" in out.stdout
     # The model, jieba and cl100k are in; the generator's vocabularies are not.
     assert 150 < figures["warm_rss_mb"] <= figures["serving_rss_mb"] < 350
     assert "serving process RSS" in out.stdout
