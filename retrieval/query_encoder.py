@@ -15,9 +15,9 @@ read and fewer steps:
   per-token window index), the token sum a plain sum.
 
 Measured on the bench's questions (9 tokens), alternated query by query with the
-package's path: ~8–10 % less time, also with both cores busy. Splitting the products
-across two threads was tried too: ~10 % better on an idle machine, twice as slow with
-both cores busy, so it is not done.
+package's path: ~14 % less time on an idle machine, ~8 % with both cores busy.
+Splitting the products across two threads was tried too: ~10 % better on an idle
+machine, twice as slow with both cores busy, so it is not done.
 
 It reads the package's weights and tokenizer (pinned: ``requirements.txt``), and
 ``tests/test_query_encoder.py`` holds its vectors to the package's within 1e-5. When
