@@ -193,14 +193,13 @@ def serve(queries_file: Path) -> None:
     from retrieval import index, vectors
     from retrieval.search import search
     from retrieval.tokenize import warm
-    from retrieval.tokens import count_tokens
 
     queries = json.loads(queries_file.read_text())
     figures: dict = {}
     index.reset()
-    warm()
-    vectors.warm()
-    count_tokens("warm")  # memory_search's answers are token-capped: a server loads tiktoken too
+    # As the web process does (memoryadmin/wsgi.py): jieba, tiktoken (memory_search's
+    # answers are token-capped), the model and its query path.
+    warm(queries=True)
     print(f"index rows: {index.count()}", flush=True)
     figures["warm_rss_mb"] = round(_rss_mb())
 

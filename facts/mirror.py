@@ -117,7 +117,7 @@ def add_scan_extra(name: str, fn: Callable[[Card], Any], *, prepare: Callable[[]
 
 
 # What a card file's text gave last time, by its SHA-256: the read side keeps it beside
-# its index (`retrieval.index.scan_cache_lookup`). Given the digests of a chunk of files,
+# its index (`retrieval.scancache.lookup`). Given the digests of a chunk of files,
 # it returns digest → (ident, extra) for those it knows, so the scan skips parsing them
 # and running the extras (~130 µs of a ~160 µs scan per card). It returns nothing when
 # the cache is bypassed or being verified: then every card is parsed.
@@ -560,13 +560,14 @@ def _classify(store: Store, items: Iterator[Scanned] | list[Scanned], snap: File
     for item in items:
         if item.ident is None:
             snap.unreadable.append((item.rel, item.error or "unreadable"))
-        elif item.ident[0] in snap.cards:
-            fact_id = item.ident[0]
+            continue
+        fact_id = item.ident[0]
+        if fact_id in snap.cards:
             snap.unreadable.append((item.rel, f"duplicate id {fact_id} (also in {snap.cards[fact_id].rel})"))
         elif _rel_for(*item.ident) != item.rel:
             snap.unreadable.append((item.rel, "card is not in the folder its user/agent/project and id say"))
         else:
-            snap.cards[item.ident[0]] = item
+            snap.cards[fact_id] = item
 
 
 def refresh(store: Store, snap: FileSnapshot) -> tuple[list[Card], list[Card]]:

@@ -10,7 +10,7 @@ class RetrievalConfig(AppConfig):
         # the write side never imports the read side.
         from facts import hooks, mirror
 
-        from . import follow, index, tokenize
+        from . import follow, index, scancache, tokenize
 
         hooks.on_cards_changed(index.on_cards_changed)
         hooks.on_cards_writing(index.prepare)
@@ -24,4 +24,4 @@ class RetrievalConfig(AppConfig):
         # texts the cache lacks).
         mirror.add_scan_extra(index.SCAN_EXTRA, index.scan_row, prepare=index.scan_prepare)
         # And files it has seen before are not parsed again (their digest names them).
-        mirror.set_scan_cache(index.scan_cache_lookup)
+        mirror.set_scan_cache(scancache.lookup)

@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import marshal
 import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import chain
 from typing import NamedTuple
 
@@ -39,7 +38,7 @@ from facts.enums import CardStatus
 from facts.ids import normalize_agent
 from facts.mirror import Drift, FileSnapshot, Scanned, gc_paused
 
-from . import derived, vectors
+from . import derived, scancache, vectors
 from .indexdb import (  # noqa: F401 - re-exported: callers use `index.connection()` etc.
     CARD_INDEXES,
     INDEX_DIR,
@@ -255,93 +254,6 @@ def scanned_row(item: Scanned) -> ScanRow | None:
 SCAN_EXTRA = "index"
 
 
-# --- the scan cache: what a card file's text gave last time, by its digest -----------
-#
-# ``vc.scans`` (in the derived-data cache file, `retrieval.derived`) maps a card file's
-# SHA-256 to the card's (id, user, agent, project) and its index row: a rebuild reads
-# and hashes every file but parses and tokenizes only those it has not seen
-# (`facts.mirror.set_scan_cache`). The key also names the index schema, the tokenizer
-# and the model (or "no vectors"), so any of those changing makes every entry a miss.
-# Entries of a card go when it is written again or removed (`_apply`), and entries no
-# file has any more after a full rebuild (`_fill`); ``reindex --check`` compares each
-# entry with a fresh parse (`cache_drift`).
-
-
-def _scan_version() -> str:
-    model = vectors.MODEL_ID if vectors.enabled() else "no-vectors"
-    return f"{SCHEMA_VERSION}/{derived.TOKENIZER_ID}/{model}"
-
-
-def _scan_keys(digests: Iterable[str]) -> dict[str, str]:
-    """key → digest: the cache's keys of these file digests."""
-    version = _scan_version()
-    return {f"{version}:{digest}": digest for digest in digests}
-
-
-def _scanned_by_key(snap: FileSnapshot) -> dict[str, Scanned]:
-    """The snapshot's cards by their scan-cache key."""
-    items = [item for item in snap.cards.values() if item.ident is not None]
-    return dict(zip(_scan_keys(item.digest for item in items), items, strict=True))
-
-
-def _scan_value(item: Scanned) -> tuple:
-    """What the cache keeps of a parsed card file: (ident, index row or None)."""
-    scanned = scanned_row(item)
-    return (item.ident, None if scanned is None else scanned.row)
-
-
-def _scan_entries(conn: sqlite3.Connection, table: str, keys: Sequence[str]) -> Iterator[tuple[str, bytes]]:
-    """(key, entry) of the `keys` `table` holds, 500 keys a query."""
-    for start in range(0, len(keys), 500):
-        chunk = keys[start : start + 500]
-        yield from conn.execute(f"SELECT key, entry FROM {table} WHERE key IN ({', '.join('?' * len(chunk))})", chunk)
-
-
-def scan_cache_lookup(digests: list[str]) -> dict[str, tuple[tuple, dict[str, object]]]:
-    """Run in the scanning processes: digest → (ident, extra) of the files seen before.
-    Nothing when the cache is bypassed (--no-cache) or verified (--check)."""
-    if derived.tokenizes_everything() or not digests:
-        return {}
-    conn = derived.read_connection()
-    if conn is None:
-        return {}
-    keys = _scan_keys(digests)
-    found: dict[str, tuple[tuple, dict[str, object]]] = {}
-    same = {}.setdefault
-    try:
-        for key, entry in _scan_entries(conn, "scans", list(keys)):
-            ident, row = marshal.loads(entry)
-            # One object for the strings a bucket's cards repeat (user, agent, bucket,
-            # scope, category): the chunk pickled for the parent then holds each once.
-            ident = (ident[0], *[same(v, v) for v in ident[1:]])
-            scanned = None
-            if row is not None:
-                row = (row[0], *[same(v, v) for v in row[1:_SHARED_END]], *row[_SHARED_END:])
-                scanned = ScanRow(derived.Terms(row[_THASH], row[_TERMS], row[_NTOK], False), row)
-            found[keys[key]] = (ident, {SCAN_EXTRA: scanned})
-    except (sqlite3.Error, ValueError, EOFError, TypeError, IndexError):
-        return {}  # an older or damaged cache file: everything is parsed, and rewritten
-    return found
-
-
-# Row fields 1-6 (scope, bucket, user, agent, project, category) repeat within a bucket.
-_SHARED_END = 7
-
-
-def _store_scans(conn: sqlite3.Connection, snap: FileSnapshot) -> None:
-    """Inside `_fill`'s transaction: remember what was parsed, forget what no file has."""
-    items = _scanned_by_key(snap)
-    fresh = [(key, item.fact_id, marshal.dumps(_scan_value(item))) for key, item in items.items() if not item.cached]
-    conn.executemany("INSERT OR REPLACE INTO vc.scans (key, fact_id, entry) VALUES (?, ?, ?)", fresh)
-    keys = items.keys()
-    if fresh or conn.execute("SELECT count(*) FROM vc.scans").fetchone()[0] != len(keys):
-        conn.execute("CREATE TEMP TABLE IF NOT EXISTS live_scans (key TEXT PRIMARY KEY) WITHOUT ROWID")
-        conn.execute("DELETE FROM temp.live_scans")
-        conn.executemany("INSERT INTO temp.live_scans (key) VALUES (?)", ((k,) for k in keys))
-        conn.execute("DELETE FROM vc.scans WHERE key NOT IN (SELECT key FROM temp.live_scans)")
-        conn.execute("DELETE FROM temp.live_scans")
-
-
 # --- writes -------------------------------------------------------------------------
 
 
@@ -414,7 +326,7 @@ def _fill(
         # Vectors and terms of texts no card holds any more (edited, expired, erased) go too.
         vectors.prune(conn)
         derived.prune(conn)
-        _store_scans(conn, snap)
+        scancache.store(conn, snap)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -500,11 +412,8 @@ def _apply(conn: sqlite3.Connection, puts: Sequence[tuple], removals: Iterable[s
                 continue
             _learn(conn, rid, row[1], row[_TERMS])
             learned.append((row[_THASH], row[_TERMS], row[_NTOK]))
-        # A card written or removed: what the scan cache knew of its old file goes (an
-        # erased card's text must not stay behind in it).
-        conn.executemany(
-            "DELETE FROM vc.scans WHERE fact_id = ?", [(row[0],) for row in puts] + [(fact_id,) for fact_id in removals]
-        )
+        # A card written or removed: what the scan cache knew of its old file goes.
+        scancache.forget(conn, [row[0] for row in puts] + list(removals))
         vectors.forget_unused(conn, dropped)
         # The write path fills the terms cache too, so a rebuild after it tokenizes nothing.
         derived.store(conn, learned)
@@ -596,28 +505,6 @@ def indexed_signatures() -> dict[str, str] | None:
         raise
 
 
-def _scan_cache_drift(snap: FileSnapshot) -> list[str]:
-    """Ids whose scan-cache entry differs from what parsing their file gives now."""
-    path = index_path()
-    if not path.exists():
-        return []
-    items = _scanned_by_key(snap)
-    bad: list[str] = []
-    conn = _connect(path)
-    try:
-        for key, entry in _scan_entries(conn, "vc.scans", list(items)):
-            item = items[key]
-            try:
-                same = marshal.loads(entry) == _scan_value(item)
-            except (ValueError, EOFError, TypeError):
-                same = False
-            if not same:
-                bad.append(item.fact_id)  # type: ignore[arg-type]
-    finally:
-        conn.close()
-    return bad
-
-
 def _live_rows(snap: FileSnapshot) -> dict[str, ScanRow]:
     """id → `ScanRow` of the snapshot's cards the index should hold."""
     rows = {fid: scanned_row(item) for fid, item in snap.cards.items()}
@@ -648,7 +535,8 @@ def vector_drift(snap: FileSnapshot) -> Drift | None:
     if not vectors.enabled():
         return None
     result = Drift()
-    expected = {fid: vectors.content_hash(scanned.row[_CONTENT]) for fid, scanned in _live_rows(snap).items()}
+    # A row's vhash is its text's content hash whenever embeddings are on (`row_for`).
+    expected = {fid: scanned.row[_VHASH] for fid, scanned in _live_rows(snap).items()}
     path = index_path()
     actual: dict[str, tuple[str | None, int]] = {}
     if path.exists():
@@ -688,19 +576,19 @@ def cache_drift(snap: FileSnapshot) -> Drift:
     for fact_id, scanned in live.items():
         if scanned.terms.corrupt:
             result.changed.append(fact_id)
-    result.changed.extend(_scan_cache_drift(snap))
-    if vectors.enabled():
-        wanted: dict[str, list[str]] = {}
-        for fact_id, scanned in live.items():
-            wanted.setdefault(vectors.content_hash(scanned.row[_CONTENT]), []).append(fact_id)
-        path = index_path()
-        if path.exists():  # a check never builds a missing index
-            conn = _connect(path)
-            try:
+    path = index_path()
+    if path.exists():  # a check never builds a missing index
+        conn = _connect(path)
+        try:
+            result.changed.extend(scancache.drift(conn, snap))
+            if vectors.enabled():
+                wanted: dict[str, list[str]] = {}
+                for fact_id, scanned in live.items():
+                    wanted.setdefault(scanned.row[_VHASH], []).append(fact_id)
                 bad = set(vectors.malformed(conn, wanted))
-            finally:
-                conn.close()
-            result.changed.extend(fid for h in bad for fid in wanted[h])
+                result.changed.extend(fid for h in bad for fid in wanted[h])
+        finally:
+            conn.close()
     result.changed = sorted(set(result.changed))
     return result
 

@@ -120,8 +120,9 @@ class QueryEncoder:
         x += beta
 
 
-# Checked when the model loads: a mixed text, a CJK one, and a one-letter one (three
-# tokens: every n-gram window reaches past both ends).
+# Checked when the path is made (the web process's start-up, else the first query): a
+# mixed text, a CJK one, and a one-letter one (three tokens: every n-gram window
+# reaches past both ends).
 PROBES = ("doctor: 时区 time zone", "用户在哪个时区", "x")
 TOLERANCE = 1e-5
 

@@ -112,11 +112,11 @@ def search(
     limit = clamp(limit, 1, MAX_LIMIT, 5)
     now = now or datetime.now(UTC)
     terms = query_terms(query or "")
+    buckets = index.scopes(user_id, agent_name, project_id)
     if vectors.enabled() and (query or "").strip():
-        return _hybrid(query, terms, index.scopes(user_id, agent_name, project_id), limit=limit, now=now)
+        return _hybrid(query, terms, buckets, limit=limit, now=now)
     if not terms:
         return []
-    buckets = index.scopes(user_id, agent_name, project_id)
     rows = index.candidates(terms, buckets, limit=2 * limit, now_ts=now.timestamp())
     hits = []
     for fact_id, content, category, confidence, created_iso, raw in rows:

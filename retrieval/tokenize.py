@@ -75,16 +75,17 @@ def load_dictionary() -> None:
     _load_jieba()
 
 
-def warm() -> None:
+def warm(*, queries: bool = False) -> None:
     """Load the dictionary, the token counter and, when hybrid search is on, the
     embedding model now (before forking workers, which then share them, or at start-up):
     every card write needs the first two, so a process that did not load them makes its
-    first write wait ~0.5 s for them."""
+    first write wait ~0.5 s for them. `queries`: the process serves searches too
+    (`vectors.warm`)."""
     _load_jieba()
     from . import tokens, vectors
 
     tokens.encoding()
-    vectors.warm()
+    vectors.warm(queries=queries)
 
 
 def tokenize(text: str) -> list[str]:

@@ -76,12 +76,16 @@ def content_hash(text: str) -> str:
 
 _model: Any = None
 _model_lock = threading.Lock()
-_single: QueryEncoder | None = None  # the one-text path for queries (`query_encoder`)
+# The one-text path for queries (`query_encoder`): made on the first query, not with the
+# model (~20 ms and ~5 MB a process that only embeds cards, a worker, would not use).
+# None when the package's internals do not allow it.
+_NOT_YET = object()
+_single: Any = _NOT_YET
 
 
 def model() -> Any:
     """The process's encoder, loaded once (0.8–1.6 s, ~150 MB)."""
-    global _model, _single
+    global _model
     if _model is None:
         with _model_lock:
             if _model is None:
@@ -99,15 +103,27 @@ def model() -> Any:
                     encoder.encode(["warm"])
                 except Exception as exc:
                     raise EmbeddingUnavailable(f"cannot load the embedding model {MODEL_ID}: {exc}") from exc
-                _single = query_encoder.for_model(encoder)
                 _model = encoder
     return _model
 
 
-def warm() -> None:
-    """Load the model now (at start-up, before forking workers)."""
+def _one_text() -> QueryEncoder | None:
+    global _single
+    if _single is _NOT_YET:
+        encoder = model()
+        with _model_lock:
+            if _single is _NOT_YET:
+                _single = query_encoder.for_model(encoder)
+    return _single  # type: ignore[no-any-return]
+
+
+def warm(*, queries: bool = False) -> None:
+    """Load the model now (at start-up, before forking workers); with `queries`, the
+    one-text path for queries too (a process that serves searches)."""
     if enabled():
         model()
+        if queries:
+            _one_text()
 
 
 def embed(texts: Sequence[str]) -> np.ndarray:
@@ -126,18 +142,17 @@ def embed(texts: Sequence[str]) -> np.ndarray:
 
 def query_path() -> str:
     """Which path embeds queries (loads the model): for `doctor`."""
-    model()
-    return "batch" if _single is None else "single"
+    return "batch" if _one_text() is None else "single"
 
 
 def embed_query(text: str) -> np.ndarray:
     """One text's vector, through `query_encoder`'s cheaper one-text path when the
     package allows it (the same vector as `embed`, within 1e-5)."""
-    model()
-    if _single is None:
+    single = _one_text()
+    if single is None:
         return embed([text])[0]
     try:
-        return _single.encode(text)
+        return single.encode(text)
     except Exception as exc:
         raise EmbeddingUnavailable(f"embedding failed: {exc}") from exc
 
