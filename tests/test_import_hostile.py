@@ -195,7 +195,9 @@ def test_a_bad_file_name_is_refused_before_any_member_is_inflated(
 ) -> None:
     archive, members = emptied
     big = os.urandom(2 * 1024 * 1024).hex().encode()  # 4 MiB that compress 2×: no zip bomb
-    bad = _rewrite(archive, tmp_path / "bad.zip", add={"history/zzz-filler.jsonl": big, "notes/evil.txt": b"x"}, rehash=True)
+    bad = _rewrite(
+        archive, tmp_path / "bad.zip", add={"history/zzz-filler.jsonl": big, "notes/evil.txt": b"x"}, rehash=True
+    )
     opened: list[str] = []
     real_open = zipfile.ZipFile.open
 

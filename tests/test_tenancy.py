@@ -128,7 +128,9 @@ def test_the_owning_tenant_keeps_reading_and_writing_its_project(shop_api: Any, 
 
 
 def test_a_tenant_uses_projects_named_with_its_prefix(acme_key: str, make_card: Callable[..., Any]) -> None:
-    save_card(make_card(user_id=None, agent_name=None, project_id="acme:shop", content="Acme ships on Tuesdays."), actor="t")
+    save_card(
+        make_card(user_id=None, agent_name=None, project_id="acme:shop", content="Acme ships on Tuesdays."), actor="t"
+    )
     assert [status for status, _ in four(api(acme_key), ANN, "acme:shop")] == [202, 202, 200, 200]
     li = Client(HTTP_AUTHORIZATION=f"Bearer {ApiKey.issue('li')[1]}")
     assert four(li, LI, "acme:shop") == [(403, "project_not_allowed")] * 4
@@ -332,7 +334,9 @@ def test_the_upgrade_gives_a_one_tenant_project_to_that_tenant(
 ) -> None:
     Turn.objects.create(user_id=ANN, agent_name="coder", thread_id="t", project_id="legacy", messages=[])
     Turn.objects.create(user_id="acme:bo", agent_name="coder", thread_id="t", project_id="legacy", messages=[])
-    card = save_card(make_card(user_id=None, agent_name=None, project_id="legacy", content="Legacy uses Perl 5."), actor="t")
+    card = save_card(
+        make_card(user_id=None, agent_name=None, project_id="legacy", content="Legacy uses Perl 5."), actor="t"
+    )
     _migrate_existing_projects(store)
     assert tenancy.tenancy_of("legacy").tenant == "acme"
     served = api(acme_key).get("/api/v1/context", {"user_id": ANN, "agent_name": "coder", "project_id": "legacy"})
