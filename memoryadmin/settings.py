@@ -268,6 +268,10 @@ MEMORY_MAX_CANDIDATES_PER_RUN = env_int("MEMORY_MAX_CANDIDATES_PER_RUN", 100)
 MEMORY_DEBOUNCE_SECONDS = env_float("MEMORY_DEBOUNCE_SECONDS", 30.0)
 # How long a process waits for another one's per-user lock before giving up.
 MEMORY_LOCK_TIMEOUT = env_float("MEMORY_LOCK_TIMEOUT", 30.0)
+# Tenants (facts/tenancy.py, docs/api.md "Tenants and projects"): the part of a user id
+# before this separator names its tenant, and a user reads and writes only the projects
+# of its own tenant and the shared ones. Empty: no tenants (every user, every project).
+MEMORY_TENANT_SEPARATOR = env_str("MEMORY_TENANT_SEPARATOR", ":")
 
 # The extraction model: any server that speaks the OpenAI chat-completions protocol.
 MEMORY_LLM_MODEL = env_str("MEMORY_LLM_MODEL", "gpt-4o-mini")
