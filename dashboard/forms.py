@@ -538,3 +538,36 @@ class InjectionsForm(ScopeFilters):
         if not data.get("user"):
             self.add_error("user", "Give the user whose agent you want to look at.")
         return data
+
+
+# --- projects and their tenants (dashboard/views/projects.py) ---------------------------
+
+
+class ProjectsFilter(forms.Form):
+    q = forms.CharField(required=False, max_length=200, label="Project")
+    page = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+
+
+class ProjectTenancyForm(forms.Form):
+    """A project's owner: a tenant name ("" for the users without a tenant prefix), or shared."""
+
+    project = forms.CharField(max_length=200)
+    tenant = forms.CharField(required=False, max_length=200, strip=False)
+    shared = forms.BooleanField(required=False, label="Shared with every tenant")
+    reason = forms.CharField(required=False, max_length=2000)
+
+    def clean_project(self) -> str:
+        from facts.turns import TurnRejected, clean_id
+
+        try:
+            return str(clean_id("project", self.cleaned_data["project"], required=True, allow_paths=False))
+        except TurnRejected as exc:
+            raise forms.ValidationError(exc.message) from None
+
+    def clean_tenant(self) -> str:
+        from facts.tenancy import check_tenant
+
+        try:
+            return check_tenant(self.cleaned_data.get("tenant") or "")
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None

@@ -212,3 +212,81 @@ def set_tenancy(
         before={"tenant": before.tenant if before.source != "unreadable" else None, "shared": before.shared},
     )
     return tenancy_of(project_id, root=store.root)
+
+
+# --- every project, for the dashboard's Projects page -----------------------------------------
+
+
+@dataclass
+class ProjectRow:
+    """One project: who owns it, what it holds, and whose conversations wrote it."""
+
+    tenancy: Tenancy
+    active_cards: int = 0
+    cards: int = 0
+    users: int = 0
+    writer_tenants: tuple[str, ...] = ()
+
+    @property
+    def project_id(self) -> str:
+        return self.tenancy.project_id
+
+    @property
+    def several_tenants(self) -> bool:
+        return len(self.writer_tenants) > 1
+
+    @property
+    def foreign_writers(self) -> list[str]:
+        """Tenants whose users wrote it although it is not theirs (before the walls)."""
+        if self.tenancy.shared:
+            return []
+        return [label(t) for t in self.writer_tenants if t != self.tenancy.tenant]
+
+
+def project_rows(query: str = "", *, root: Path | str | None = None) -> list[ProjectRow]:
+    """Every project memory knows of — with cards, named by turns, or given a settings
+    file — sorted by id, in four grouped queries and one folder listing."""
+    from django.db.models import Count, Q
+
+    from .models import ExtractionRun, FactCard, Turn
+
+    rows: dict[str, ProjectRow] = {}
+
+    def row(project_id: str) -> ProjectRow:
+        if project_id not in rows:
+            rows[project_id] = ProjectRow(tenancy_of(project_id, root=root))
+        return rows[project_id]
+
+    match = Q(project_id__icontains=query) if query else Q()
+    for r in (
+        FactCard.objects.filter(match, user_id="")
+        .exclude(project_id="")
+        .values("project_id")
+        .annotate(n=Count("id"), active=Count("id", filter=Q(status="active")))
+        .order_by()
+    ):
+        target = row(r["project_id"])
+        target.cards, target.active_cards = r["n"], r["active"]
+    writers: dict[str, set[str]] = {}
+    for model in (Turn, ExtractionRun):
+        for project_id, user_id in (
+            model.objects.filter(match).exclude(project_id="").values_list("project_id", "user_id").distinct()
+        ):
+            writers.setdefault(project_id, set()).add(user_id)
+    for project_id, users in writers.items():
+        target = row(project_id)
+        target.users = len(users)
+        target.writer_tenants = tuple(sorted({tenant_of(u) for u in users}))
+    base = (Path(root) if root is not None else Path(settings.MEMORY_ROOT)) / "projects"
+    if base.is_dir():
+        for folder in sorted(base.iterdir()):
+            path = folder / SETTINGS_FILE
+            if not path.is_file():
+                continue
+            try:
+                project_id = json.loads(path.read_text(encoding="utf-8")).get("project_id")
+            except (OSError, ValueError, RecursionError, AttributeError):
+                continue
+            if isinstance(project_id, str) and project_id and (not query or query.lower() in project_id.lower()):
+                row(project_id)
+    return [rows[k] for k in sorted(rows)]
