@@ -111,7 +111,7 @@ def test_it_refuses_a_card_with_control_characters(emptied: Emptied, store: Stor
     forged = (text[:body_start] + "Evil" + char + " text\n").encode()
     bad = _rewrite(archive, tmp_path / "bad.zip", change={name: forged}, rehash=True)
     _refused(bad, store.root, "control character")
-    assert not FactCard.objects.filter(content__contains=char).exists()
+    assert not any(char in content for content in FactCard.objects.values_list("content", flat=True))
 
 
 @pytest.mark.parametrize(
