@@ -1,7 +1,7 @@
 """Every dashboard page's URL (included at the site root by memoryadmin.urls)."""
 
 from django.contrib.auth import views as auth_views
-from django.urls import path, reverse_lazy
+from django.urls import path
 
 from .views import (
     agents,
@@ -85,10 +85,7 @@ urlpatterns = [
     path("team/<int:pk>/link/", team.team_link, name="team_link"),
     path(
         "team/set-password/<uidb64>/<token>/",
-        auth_views.PasswordResetConfirmView.as_view(
-            template_name="registration/set_password.html",
-            success_url=reverse_lazy("team_password_set"),
-        ),
+        team.SetPasswordView.as_view(),
         name="team_set_password",
     ),
     path(
