@@ -340,9 +340,13 @@ WEB_MAX_REQUEST_BODY_BYTES = env_int("WEB_MAX_REQUEST_BODY_BYTES", API_MAX_BODY_
 # The reverse proxy's address (e.g. 127.0.0.1) whose X-Forwarded-For/-Proto are believed.
 WEB_TRUSTED_PROXY = env_str("WEB_TRUSTED_PROXY", "")
 
-# First-run administrator, created by `make run` when no user exists.
+# First-run administrator, created by `make run` (`manage.py bootstrap`) when no user
+# exists. Without ADMIN_PASSWORD: "admin" with DEBUG on (local use only); with DEBUG off
+# bootstrap asks for one in a terminal or refuses (no default password in production).
 ADMIN_USERNAME = env_str("ADMIN_USERNAME", "admin")
-ADMIN_PASSWORD = env_str("ADMIN_PASSWORD", "admin")
+ADMIN_PASSWORD = env_str("ADMIN_PASSWORD", "")
+# How long a set-password link of the Team page works (seconds; Django's setting).
+PASSWORD_RESET_TIMEOUT = env_int("PASSWORD_RESET_TIMEOUT", 3 * 24 * 3600)
 
 # --- Several machines (issue 24; docs/scaling.md) -----------------------------------------
 # Where this machine keeps its derived search index (FTS5 + vectors). Default: beside the
