@@ -15,8 +15,9 @@ from django.urls import reverse_lazy
 from facts.enums import PROFILE_SECTIONS, CardStatus, Category, choices
 from facts.errors import InvalidId
 from facts.gate import REASON_CODES
-from facts.ids import check_fact_id, normalize_agent, normalize_id
+from facts.ids import check_fact_id, normalize_agent
 from facts.models import AuditEvent, Candidate, ExtractionRun
+from facts.people import NoSuchPerson, PersonError, person_id
 from memoryadmin.models import parse_user_patterns
 from retrieval.limits import SEARCH_LIMIT_DEFAULT, SEARCH_LIMIT_MAX, SEARCH_LIMIT_MIN
 
@@ -153,6 +154,9 @@ class ForgetThreadForm(forms.Form):
     thread = forms.CharField(max_length=200)
     confirm = forms.CharField(required=False, max_length=200, label="Type the thread id to confirm")
 
+    def clean_user(self) -> str:
+        return clean_person(self.cleaned_data["user"])
+
     def clean_agent(self) -> str:
         return clean_agent(self.cleaned_data.get("agent", ""))
 
@@ -222,22 +226,29 @@ class ProfileSectionForm(forms.Form):
     reason = forms.CharField(required=False, max_length=2000)
 
 
-class UserPick(forms.Form):
-    user = forms.CharField(max_length=200, widget=UserPicker)
+def clean_person(value: str) -> str:
+    """A person's id as typed: someone memory holds something about (`facts.people`);
+    the error's code says which answer a page gives (``no_such_person``: 404)."""
+    try:
+        return person_id(value)
+    except NoSuchPerson as exc:
+        raise forms.ValidationError(str(exc), code="no_such_person") from None
+    except PersonError as exc:
+        raise forms.ValidationError(str(exc), code="invalid_person") from None
 
 
 class UserIdForm(forms.Form):
-    """One user id, checked the way the store names folders (length, NUL, encodable)."""
+    """One person's id (`clean_person`): export, erase, the Profiles page."""
 
     user = forms.CharField(max_length=200, strip=False, widget=UserPicker)
 
     def clean_user(self) -> str:
-        value = self.cleaned_data["user"]
-        try:
-            normalize_id(value, what="user id")
-        except InvalidId as exc:
-            raise forms.ValidationError(str(exc)) from None
-        return value
+        return clean_person(self.cleaned_data["user"])
+
+    @property
+    def status(self) -> int:
+        """The page's answer to an invalid form: 404 for "no such person", else 400."""
+        return 404 if self.has_error("user", "no_such_person") else 400
 
 
 class PageForm(forms.Form):

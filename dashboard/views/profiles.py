@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.confirm import confirm_first
-from dashboard.forms import PageForm, ProfileRevertForm, ProfileSectionForm, UserPick
+from dashboard.forms import PageForm, ProfileRevertForm, ProfileSectionForm, UserIdForm
 from dashboard.helpers import actor_of, audit, diff_lines, page_of
 from dashboard.labels import section_label
 from facts import writer
@@ -72,12 +72,15 @@ def history_of(user_id: str) -> list[ProfileVersion]:
 @require_GET
 @login_required
 def profiles(request: HttpRequest) -> HttpResponse:
-    pick = UserPick(request.GET if "user" in request.GET else None)
+    pick = UserIdForm(request.GET if "user" in request.GET else None)
     if not pick.is_bound or not pick.is_valid():
+        # A typo or an id no door accepts opens no profile: an editable empty one would
+        # create that person on Save.
         users = ProfileSection.objects.values_list("user_id", flat=True).distinct().order_by("user_id")
         paging = PageForm(request.GET)
         page = page_of(request, users, paging.cleaned_data.get("page") if paging.is_valid() else 1)
-        return render(request, "facts/profiles.html", {"pick": pick, "page": page})
+        status = pick.status if pick.is_bound else 200
+        return render(request, "facts/profiles.html", {"pick": pick, "page": page}, status=status)
     user_id = pick.cleaned_data["user"]
     try:
         profile = get_store().read_profile(user_id)
@@ -107,10 +110,13 @@ def profiles(request: HttpRequest) -> HttpResponse:
 @permission_required(CURATE, raise_exception=True)
 @require_POST
 def profile_edit(request: HttpRequest) -> HttpResponse:
-    pick = UserPick(request.POST)
+    pick = UserIdForm(request.POST)
     name = request.POST.get("section_name", "")
-    if not pick.is_valid() or name not in PROFILE_SECTIONS:
-        messages.error(request, "Not saved: unknown user or section.")
+    if not pick.is_valid():
+        messages.error(request, "Not saved: " + " ".join(pick.errors["user"]))
+        return redirect("profiles")
+    if name not in PROFILE_SECTIONS:
+        messages.error(request, "Not saved: unknown section.")
         return redirect("profiles")
     user_id = pick.cleaned_data["user"]
     page = reverse("profiles") + "?" + urlencode({"user": user_id})
