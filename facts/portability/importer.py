@@ -100,7 +100,7 @@ def _safe_name(name: str) -> bool:
 
 # What each kind of member may weigh, checked against the sizes the zip's directory
 # declares before a byte is inflated (and again while reading: never more than declared).
-MAX_CARD_BYTES = 1024 * 1024
+MAX_CARD_BYTES = 256 * 1024  # the longest card a curator can type is 5,000 characters
 MAX_PROFILE_BYTES = 16 * 1024 * 1024
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 MAX_README_BYTES = 1024 * 1024

@@ -91,6 +91,6 @@ def _check(password: str, username: str, what: str) -> None:
     try:
         password_validation.validate_password(password, get_user_model()(username=username))
     except ValidationError as exc:
-        problems.extend(exc.messages)
+        problems.extend(message.rstrip(".") for message in exc.messages)
     if problems:
         raise CommandError(f"{what} is refused with DEBUG off: {'; '.join(problems)}. Nothing was created.")
