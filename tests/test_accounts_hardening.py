@@ -67,7 +67,7 @@ def test_deactivating_an_account_kills_its_link_for_good(admin_client_: Client, 
 
 
 def test_a_used_link_is_dead_and_the_next_one_works(admin_client_: Client, rita: tuple[User, str]) -> None:
-    account, link = rita
+    _, link = rita
     assert _set_password(link)[0]
     assert not _set_password(link, "Again-pass-22")[0]
 
@@ -75,7 +75,7 @@ def test_a_used_link_is_dead_and_the_next_one_works(admin_client_: Client, rita:
 def test_the_link_and_its_page_state_when_it_expires(
     admin_client_: Client, rita: tuple[User, str], settings: Any
 ) -> None:
-    account, link = rita
+    account, _ = rita
     team = admin_client_.post(f"/team/{account.pk}/link/").content.decode()
     assert re.search(r"works until \d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC", team), team
     assert "earlier link" in team  # says the older one stopped working
@@ -85,7 +85,7 @@ def test_the_link_and_its_page_state_when_it_expires(
 
 
 def test_every_link_step_is_audited(admin_client_: Client, rita: tuple[User, str]) -> None:
-    account, first = rita
+    account, _ = rita
     second = _link_path(admin_client_.post(f"/team/{account.pk}/link/"))
     _set_password(second)
     admin_client_.post(f"/team/{account.pk}/link/")

@@ -17,23 +17,27 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
+from facts.demo import load_demo
 from facts.ids import normalize_id
 from facts.models import FactCard, Turn
 from facts.portability import importer
 from facts.store import Store
-from tests.test_export import (  # noqa: F401 - fixtures
-    LI,
-    _jsonl,
-    _refused,
-    _rewrite,
-    _state,
-    demo,
-    emptied,
-)
+from tests.test_export import LI, _export, _jsonl, _members, _refused, _remove_by_hand, _rewrite, _state
 
 pytestmark = pytest.mark.django_db
 
 Emptied = tuple[Path, dict[str, bytes]]
+
+
+@pytest.fixture
+def emptied(store: Store, tmp_path: Path) -> Emptied:
+    """The demo users through the real pipeline; li.wei's archive, then li.wei removed
+    by hand (so the archive may be imported again)."""
+    load_demo(io.StringIO())
+    archive = _export(tmp_path)
+    members = _members(archive)
+    _remove_by_hand(store.root, LI, members)
+    return archive, members
 
 
 def _lines(rows: list[dict[str, Any]]) -> bytes:
@@ -193,7 +197,7 @@ def test_deep_nesting_is_refused_with_one_line(emptied: Emptied, store: Store, t
 def test_a_bad_file_name_is_refused_before_any_member_is_inflated(
     emptied: Emptied, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    archive, members = emptied
+    archive, _ = emptied
     big = os.urandom(2 * 1024 * 1024).hex().encode()  # 4 MiB that compress 2×: no zip bomb
     bad = _rewrite(
         archive, tmp_path / "bad.zip", add={"history/zzz-filler.jsonl": big, "notes/evil.txt": b"x"}, rehash=True
@@ -233,7 +237,7 @@ def test_a_card_larger_than_any_card_is_refused_by_its_declared_size(
 
 
 def test_an_honest_archive_still_round_trips(emptied: Emptied, store: Store) -> None:
-    archive, members = emptied
+    archive, _ = emptied
     summary = importer.import_archive(archive, actor="test")
     assert summary.restored["cards"] > 0 and summary.restored["project_cards"] > 0
     call_command("reindex", "--check", stdout=io.StringIO())

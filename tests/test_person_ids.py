@@ -51,9 +51,9 @@ def test_erasing_an_id_the_api_refuses_names_the_rule(admin_client_: Client, use
 
 def test_the_erase_command_says_no_such_person_and_does_nothing() -> None:
     for args in (["--user", "nobody-x"], ["--user", "nobody-x", "--yes"]):
-        with pytest.raises(CommandError, match="(?i)no such person"):
+        with pytest.raises(CommandError, match=r"(?i)no such person"):
             call_command("erase", *args, stdout=io.StringIO())
-    with pytest.raises(CommandError, match="(?i)not a valid user id"):
+    with pytest.raises(CommandError, match=r"(?i)not a valid user id"):
         call_command("erase", "--user", "../sam.taylor", "--yes", stdout=io.StringIO())
     assert not Erasure.objects.exists()
 
@@ -72,7 +72,7 @@ def test_the_export_command_refuses_an_unknown_person(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, user: str
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(CommandError, match="(?i)no such person|not a valid user id"):
+    with pytest.raises(CommandError, match=r"(?i)no such person|not a valid user id"):
         call_command("export", "--user", user, stdout=io.StringIO())
     assert not list(tmp_path.glob("*.zip"))
 

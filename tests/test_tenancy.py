@@ -181,7 +181,7 @@ def test_mcp_over_http_refuses_another_tenants_project(shop_api: Any, acme_key: 
 
 
 def test_mcp_stdio_refuses_to_start_on_another_tenants_project(shop_api: Any) -> None:
-    with pytest.raises(CommandError, match="project_not_allowed|belongs to another tenant"):
+    with pytest.raises(CommandError, match=r"project_not_allowed|belongs to another tenant"):
         call_command("mcp", "--user", ANN, "--project", "shop-api", stdout=io.StringIO())
 
 
