@@ -12,6 +12,7 @@ from django.contrib.auth.models import User
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.urls import reverse_lazy
 
+from facts import tenancy
 from facts.enums import PROFILE_SECTIONS, CardStatus, Category, choices
 from facts.errors import InvalidId
 from facts.gate import REASON_CODES
@@ -347,6 +348,17 @@ class ScopeForm(forms.Form):
 
     def clean_project(self) -> str:
         return self.cleaned_data.get("project", "").strip()
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        user, project = data.get("user"), data.get("project")
+        if user and project and not tenancy.may_use(user, project):
+            # What the agents' doors refuse is not previewed as if it were served.
+            self.add_error(
+                "project",
+                f"{project!r} belongs to another tenant than {user!r}: agents get 403 project_not_allowed",
+            )
+        return data
 
 
 class PreviewForm(ScopeForm):

@@ -356,3 +356,13 @@ def test_the_upgrade_leaves_a_project_written_by_several_tenants_to_its_prefix_a
     assert tenancy.tenancy_of("shop-api").tenant == "" and not tenancy.tenancy_of("shop-api").shared
     assert FactCard.objects.filter(id=shop_api.id).exists()  # no project fact lost
     assert "several tenants" in _row(viewer_client.get("/projects/").content.decode(), "shop-api")
+
+
+def test_the_context_preview_does_not_show_a_project_the_agents_are_refused(
+    shop_api: Any, viewer_client: Client
+) -> None:
+    page = viewer_client.get("/preview/", {"user": ANN, "agent": "coder", "project": "shop-api"})
+    text = page.content.decode()
+    assert "project_not_allowed" in text and SECRET not in text
+    allowed = viewer_client.get("/preview/", {"user": LI, "agent": "coder", "project": "shop-api"})
+    assert SECRET in allowed.content.decode()
