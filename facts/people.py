@@ -42,9 +42,12 @@ def held(user_id: str) -> bool:
     if Erasure.objects.filter(user_id=user_id, status=Erasure.Status.RUNNING).exists():
         return True
     try:
-        return (settings.MEMORY_ROOT / "users" / normalize_id(user_id, what="user id")).exists()
+        folder = settings.MEMORY_ROOT / "users" / normalize_id(user_id, what="user id")
     except InvalidId:
         return False
+    # Files the mirror may not have yet (hand-placed, before a reindex); an empty folder
+    # left by forgetting a last conversation holds nothing.
+    return (folder / "memory.json").is_file() or any(folder.glob("agents/*/facts/*/*.md"))
 
 
 def person_id(value: object) -> str:

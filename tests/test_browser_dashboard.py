@@ -211,7 +211,8 @@ def test_search_playground_and_audit_pages_render(page: Any, make_card: Any) -> 
         shot(page, name)
 
 
-def test_edit_a_profile_section_and_see_its_history(page: Any) -> None:
+def test_edit_a_profile_section_and_see_its_history(page: Any, make_card: Any) -> None:
+    save_card(make_card(user_id="alice"), actor="t")  # a person memory holds (issue 33)
     login(page)
     page.goto("/profiles/?user=alice")
     page.fill("#section-topOfMind textarea", "Learning context engineering for agents.")
