@@ -106,7 +106,9 @@ def one_run(repo: Path, keep: bool, cold: bool, timeout: float) -> tuple[float, 
         if not keep:
             shutil.rmtree(folder, ignore_errors=True)
         else:
-            print(f"kept {folder}")
+            log = folder / "make-run.log"
+            log.write_text("".join(f"{at:7.2f}  {text}\n" for at, text in lines))
+            print(f"kept {folder} (make run's output with its times: {log})")
     steps: list[tuple[float, str]] = []
     for at, text in lines:
         for needle, name in MARKS:
