@@ -30,6 +30,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django.core.wsgi import get_wsgi_application
+        from django.urls import get_resolver
         from waitress import create_server
 
         from retrieval.tokenize import warm
@@ -40,7 +41,9 @@ class Command(BaseCommand):
         # lock). waitress never forks: it listens first and they load on a thread, so the
         # login page answers seconds sooner on a first start (docs/operations.md); a
         # search or write arriving meanwhile waits for the load it needs, as it would cold.
-        server = create_server(get_wsgi_application(), listen=listen, **web_server_options())
+        application = get_wsgi_application()
+        get_resolver().url_patterns  # every view imported now, not by the first request racing the loads
+        server = create_server(application, listen=listen, **web_server_options())
         threading.Thread(target=warm, kwargs={"queries": True}, name="warm", daemon=True).start()
         self.stdout.write(f"Serving on {listen} with waitress ({settings.WEB_THREADS} threads)")
         server.run()
