@@ -12,7 +12,9 @@ used as they are: a newcomer's second project finds them warm too; `--cold` poin
 installer at empty caches instead (network bound: it measures the package registry).
 
 On a shared machine the figure moves with what else runs: run it several times and
-read the spread.
+read the spread. The CPU seconds `make run`'s processes used until the page answered
+(read from /proc) move much less: on an idle 2-core machine the wall time cannot be
+below about half of them, and is close to them when the steps run one after another.
 """
 
 from __future__ import annotations
@@ -57,7 +59,27 @@ def answers(port: int) -> bool:
         return False
 
 
-def one_run(repo: Path, keep: bool, cold: bool, timeout: float) -> tuple[float, list[tuple[float, str]]]:
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def group_cpu(group: int) -> float:
+    """CPU seconds used so far by the processes of one process group: each live one's own
+    and that of its children it has waited for (so finished steps count once)."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[2]) == group:  # pgrp
+            total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    return total / TICK
+
+
+def one_run(repo: Path, keep: bool, cold: bool, timeout: float) -> tuple[float, float, list[tuple[float, str]]]:
     folder = Path(tempfile.mkdtemp(prefix="first-start-"))
     clone = folder / "clone"
     subprocess.run(["git", "clone", "--quiet", str(repo), str(clone)], check=True)
@@ -86,8 +108,10 @@ def one_run(repo: Path, keep: bool, cold: bool, timeout: float) -> tuple[float, 
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
+    cpu = 0.0
     try:
         while not answers(port):
+            cpu = max(cpu, group_cpu(proc.pid))
             if proc.poll() is not None:
                 tail = "\n".join(text for _, text in lines[-20:])
                 raise SystemExit(f"make run exited with {proc.returncode} before the login page answered:\n{tail}")
@@ -95,6 +119,7 @@ def one_run(repo: Path, keep: bool, cold: bool, timeout: float) -> tuple[float, 
                 raise SystemExit(f"the login page did not answer within {timeout:.0f} s")
             time.sleep(0.1)
         elapsed = time.monotonic() - started
+        cpu = max(cpu, group_cpu(proc.pid))
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         try:
@@ -115,7 +140,7 @@ def one_run(repo: Path, keep: bool, cold: bool, timeout: float) -> tuple[float, 
             if needle in text and (not steps or steps[-1][1] != name):
                 steps.append((at, name))
                 break
-    return elapsed, steps
+    return elapsed, cpu, steps
 
 
 def main() -> int:
@@ -130,16 +155,21 @@ def main() -> int:
         ["git", "-C", str(args.repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
     ).stdout.strip()
     print(f"first start of {head} on {os.cpu_count()} cores, {args.runs} run(s){' (cold caches)' if args.cold else ''}")
-    seconds = []
+    seconds, cpus = [], []
     for n in range(1, args.runs + 1):
-        elapsed, steps = one_run(args.repo, args.keep, args.cold, args.timeout)
+        load = os.getloadavg()[0]
+        elapsed, cpu, steps = one_run(args.repo, args.keep, args.cold, args.timeout)
         seconds.append(elapsed)
+        cpus.append(cpu)
         marks = ", ".join(f"{name} at {at:.1f}" for at, name in steps)
-        print(f"run {n}: login page answered after {elapsed:.1f} s ({marks})", flush=True)
+        print(
+            f"run {n}: login page answered after {elapsed:.1f} s, {cpu:.1f} CPU-s (load {load:.1f} before; {marks})",
+            flush=True,
+        )
     if len(seconds) > 1:
         print(
             f"min {min(seconds):.1f} s · median {statistics.median(seconds):.1f} s · max {max(seconds):.1f} s "
-            f"over {len(seconds)} runs"
+            f"over {len(seconds)} runs; CPU {min(cpus):.1f}–{max(cpus):.1f} s"
         )
     # The load during the runs: another process's work shows up here, not in the code.
     print(f"load average afterwards: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
