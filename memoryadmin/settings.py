@@ -110,6 +110,8 @@ MIDDLEWARE = [
     "dashboard.views.errors.StyledNotFound",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # After authentication: a signed-in curator's pages say Cache-Control: no-store.
+    "dashboard.middleware.NoStoreForSignedIn",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",

@@ -18,6 +18,16 @@ def section_label(name: str) -> str:
 
 
 @register.filter
+def outcome_change(move: str) -> str:
+    return labels.outcome_change(move)
+
+
+@register.filter
+def outcome_word(outcome: str) -> str:
+    return labels.OUTCOME_WORDS.get(outcome, outcome)
+
+
+@register.filter
 def reason_help(code: str) -> str:
     return labels.REASON_HELP.get(code, "")
 

@@ -42,7 +42,8 @@ class Command(BaseCommand):
         # login page answers seconds sooner on a first start (docs/operations.md); a
         # search or write arriving meanwhile waits for the load it needs, as it would cold.
         application = get_wsgi_application()
-        get_resolver().url_patterns  # every view imported now, not by the first request racing the loads
+        # Every view imported now, not by the first request racing the loads.
+        get_resolver().url_patterns  # noqa: B018 (the property imports the URLconf)
         server = create_server(application, listen=listen, **web_server_options())
         threading.Thread(target=warm, kwargs={"queries": True}, name="warm", daemon=True).start()
         self.stdout.write(f"Serving on {listen} with waitress ({settings.WEB_THREADS} threads)")
