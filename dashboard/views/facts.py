@@ -123,17 +123,65 @@ def fact_list(request: HttpRequest) -> HttpResponse:
 
 
 @dataclass
+class FieldChange:
+    name: str
+    before: str
+    after: str
+
+
+@dataclass
 class Version:
     revision: int
     actor: str
     reason: str
     created_at: datetime
     text: str
-    diff: list[tuple[str, str]]
+    fields: list[FieldChange]  # front-matter fields this revision changed (set, for the first)
+    content: list[tuple[str, str]]  # the content's diff (the whole content, for the first)
+    diff: list[tuple[str, str]]  # the file's diff, only when a revision cannot be read as a card
+    first: bool = False
 
 
-# Every card revision bumps these two; the summary line shows them, the diff shows the change.
+# Every card revision bumps these; the version's heading shows them, never its changes.
 CARD_NOISE = ("updated_at:", "revision:")
+NOISE_FIELDS = frozenset({"updated_at", "revision"})
+# What a new card's first revision lists besides its content (the rest is the scope,
+# ids and time stamps, shown at the top of the page).
+FIRST_FIELDS = ("key", "category", "status", "confidence", "source.kind")
+
+
+def card_fields(text: str) -> tuple[dict[str, str], str] | None:
+    """A revision's front matter as flat strings ("source.kind": "manual") and its content,
+    or None when the text does not read as a card."""
+    try:
+        card = parse_card(text, Path("revision.md"))
+    except CardParseError:
+        return None
+    flat: dict[str, str] = {}
+    for name, value in card.model_dump(mode="json", exclude={"content"}).items():
+        items = value.items() if isinstance(value, dict) else [("", value)]
+        for sub, item in items:
+            flat[f"{name}.{sub}" if sub else name] = "" if item is None else str(item)
+    return flat, card.content
+
+
+def version_changes(previous: str, text: str) -> tuple[list[FieldChange], list[tuple[str, str]], list[tuple[str, str]]]:
+    """What one revision changed: the fields whose value differs and the content's diff
+    (not the whole front matter, which every revision rewrites)."""
+    now = card_fields(text)
+    before = card_fields(previous) if previous else ({}, "")
+    if now is None or before is None:
+        return [], [], diff_lines(previous, text, CARD_NOISE)
+    (fields, content), (old_fields, old_content) = now, before
+    if not previous:
+        changes = [FieldChange(name, "", fields[name]) for name in FIRST_FIELDS if fields.get(name)]
+        return changes, [("add", line) for line in content.splitlines()], []
+    changes = [
+        FieldChange(name, old_fields.get(name, ""), value)
+        for name, value in fields.items()
+        if name not in NOISE_FIELDS and old_fields.get(name, "") != value
+    ]
+    return changes, diff_lines(old_content, content), []
 
 
 def versions_of(fact_id: str) -> list[Version]:
@@ -141,15 +189,9 @@ def versions_of(fact_id: str) -> list[Version]:
     out: list[Version] = []
     previous = ""
     for rev in revisions:
+        fields, content, diff = version_changes(previous, rev.text)
         out.append(
-            Version(
-                rev.revision,
-                rev.actor,
-                rev.reason,
-                rev.created_at,
-                rev.text,
-                diff_lines(previous, rev.text, CARD_NOISE),
-            )
+            Version(rev.revision, rev.actor, rev.reason, rev.created_at, rev.text, fields, content, diff, not previous)
         )
         previous = rev.text
     out.reverse()
