@@ -215,11 +215,29 @@ class BulkForm(CandidateFilters):
         return data
 
 
-class ProfileSectionForm(forms.Form):
-    section = forms.ChoiceField(choices=[(s, s) for s in PROFILE_SECTIONS])
-    summary = forms.CharField(required=False, max_length=10000, widget=forms.Textarea(attrs={"rows": 3}))
+class ProfileForm(forms.Form):
+    """Every section of one profile in one form: Save writes each section whose text
+    differs from the profile it was shown, as one new version, so text typed in one
+    section is never dropped by saving another (issue 37)."""
+
+    user = forms.CharField(max_length=200, widget=forms.HiddenInput)
     revision = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
-    reason = forms.CharField(required=False, max_length=2000)
+    reason = forms.CharField(required=False, max_length=2000, label="Why")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in PROFILE_SECTIONS:
+            self.fields[name] = forms.CharField(
+                required=False, max_length=10000, widget=forms.Textarea(attrs={"rows": 3})
+            )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        for name in PROFILE_SECTIONS:
+            if name in data:
+                # A browser sends a textarea's line breaks as CRLF; the file keeps "\n".
+                data[name] = data[name].replace("\r\n", "\n").replace("\r", "\n")
+        return data
 
 
 class UserPick(forms.Form):

@@ -215,9 +215,9 @@ def test_edit_a_profile_section_and_see_its_history(page: Any) -> None:
     login(page)
     page.goto("/profiles/?user=alice")
     page.fill("#section-topOfMind textarea", "Learning context engineering for agents.")
-    page.fill("#section-topOfMind input[name='topOfMind-reason']", "from the call")
-    page.click("#section-topOfMind button[type=submit]")
-    page.wait_for_selector("text=Top of mind saved")
+    page.fill("#profile-form input[name=reason]", "from the call")
+    page.click("#profile-form button[type=submit]")
+    page.wait_for_selector("text=Saved Top of mind")
     assert "+Learning context engineering for agents." in page.inner_text("pre.diff")
     shot(page, "18-profile-edited")
 
