@@ -12,6 +12,7 @@ from django.contrib.auth.models import User
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.urls import reverse_lazy
 
+from facts import manual
 from facts.enums import PROFILE_SECTIONS, CardStatus, Category, choices
 from facts.errors import InvalidId
 from facts.gate import REASON_CODES
@@ -131,6 +132,44 @@ class CorrectForm(forms.Form):
 
     def clean_key(self) -> str:
         return self.cleaned_data["key"].strip()
+
+
+class AddFactForm(forms.Form):
+    """A fact written by hand: whose (a user × agent, or a project), its key, category
+    and content, checked by `facts.manual.check` (the agents' doors' rules)."""
+
+    scope = forms.ChoiceField(
+        choices=[("user", "A user (with one agent)"), ("project", "A project (every member's agents)")],
+        initial="user",
+        widget=forms.RadioSelect,
+    )
+    user = forms.CharField(required=False, max_length=400, strip=False, widget=UserPicker, label="User id")
+    agent = forms.CharField(
+        required=False, max_length=200, widget=AgentPicker, label="Agent", help_text="empty: the default agent"
+    )
+    project = forms.CharField(required=False, max_length=400, strip=False, label="Project id")
+    key = forms.CharField(max_length=400, label="Key", help_text="e.g. response_language")
+    category = forms.ChoiceField(choices=choices(Category), initial=Category.PREFERENCE)
+    content = forms.CharField(max_length=4000, strip=False, widget=forms.Textarea(attrs={"rows": 3}))
+    reason = forms.CharField(required=False, max_length=2000, label="Why (kept in the audit log)")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if self.errors:
+            return data
+        try:
+            data["fact"] = manual.check(
+                scope=data["scope"],
+                user_id=data.get("user", ""),
+                agent_name=data.get("agent", ""),
+                project_id=data.get("project", ""),
+                key=data["key"],
+                category=data["category"],
+                content=data["content"],
+            )
+        except manual.ManualFactError as exc:
+            self.add_error(exc.field if exc.field in self.fields else None, exc.message)
+        return data
 
 
 class ExpireForm(OptionalReasonForm):

@@ -25,6 +25,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from dashboard.confirm import confirm_first
 from dashboard.forms import (
+    AddFactForm,
     CorrectForm,
     DeleteForm,
     ExpireForm,
@@ -43,11 +44,11 @@ from dashboard.helpers import (
     query_without_page,
     scope_label,
 )
-from facts import writer
+from facts import manual, writer
 from facts.access import ADMINISTER, CURATE
 from facts.cardfile import Card, now_utc, parse_card
 from facts.enums import CardStatus, Category
-from facts.errors import CardParseError, InvalidId, RevisionConflict
+from facts.errors import CardParseError, InvalidId, LockTimeout, RevisionConflict
 from facts.injections import last_injected
 from facts.models import AuditEvent, ExtractionRun, FactCard, FactRevision, FactUsage
 from facts.store import get_store
@@ -117,6 +118,40 @@ def fact_list(request: HttpRequest) -> HttpResponse:
     ctx = {"form": form, "page": page, "query": query, "note": note, "now": timezone.now()}
     template = "facts/list.html#rows" if request.htmx and request.htmx.target == "fact-rows" else "facts/list.html"
     return render(request, template, ctx)
+
+
+# --- add a fact by hand ------------------------------------------------------------------
+
+
+@login_required
+@permission_required(CURATE, raise_exception=True)
+@require_http_methods(["GET", "POST"])
+def fact_add(request: HttpRequest) -> HttpResponse:
+    """A curator writes a fact directly (reviewers and admins, not viewers): checked like
+    the agents' input, written through the one write function, audited as add_fact."""
+    if request.method == "POST":
+        form = AddFactForm(request.POST)
+        if form.is_valid():
+            fact: manual.ManualFact = form.cleaned_data["fact"]
+            try:
+                added = manual.add_fact(fact, actor=actor_of(request), reason=form.cleaned_data.get("reason", ""))
+            except (RevisionConflict, LockTimeout, InvalidId) as exc:
+                messages.error(request, f"Not added: {exc}")
+                return render(request, "facts/add.html", {"form": form}, status=409)
+            if not added.written:
+                messages.info(request, f"Nothing added: the active card {added.fact_id} already says exactly this.")
+            elif added.replaced:
+                messages.success(
+                    request, f"Added {added.fact_id}; it replaces {added.replaced}, the card with the same key."
+                )
+            else:
+                messages.success(request, f"Added {added.fact_id}: live now, in the context preview and search.")
+            return redirect("fact_detail", fact_id=added.fact_id)
+        return render(request, "facts/add.html", {"form": form}, status=400)
+    initial = {name: request.GET[name] for name in ("user", "agent", "project") if request.GET.get(name)}
+    if initial.get("project") and not initial.get("user"):
+        initial["scope"] = "project"
+    return render(request, "facts/add.html", {"form": AddFactForm(initial=initial)})
 
 
 # --- fact detail ------------------------------------------------------------------------
