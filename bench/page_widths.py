@@ -66,6 +66,7 @@ def pages(ids: dict[str, str]) -> list[str]:
         "/users/",
         f"/users/{user}/",
         "/people/",
+        "/facts/add/",
         f"/people/user/?user={user}",
         f"/profiles/?user={user}",
         f"/preview/?user={user}&agent={agent}",
