@@ -170,7 +170,7 @@ def main() -> int:
         python = str(BASE_DIR / ".venv" / "bin" / "python")
         manage = [python, str(BASE_DIR / "manage.py")]
         started = time.monotonic()
-        subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], env=env, check=True, cwd=BASE_DIR)
+        # bootstrap migrates, creates the administrator and loads the demo (here, not queued).
         subprocess.run(
             [*manage, "bootstrap"],
             env=env,
