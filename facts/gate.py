@@ -13,6 +13,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
+from . import wording
 from .enums import Authority, Durability, Scope
 from .filtering import Row
 from .schemas import Confirmation, FactCandidate, SummaryCandidate
@@ -28,9 +29,14 @@ EVIDENCE_MISSING = "evidence_missing"
 EVIDENCE_NOT_USER = "evidence_not_user"
 DUPLICATE = "duplicate"
 INVALID = "invalid"
+# The fact's own words (facts/wording.py): pointing outside itself, saying what the
+# evidence does not, or using a single-valued key for something else.
+DANGLING_REFERENCE = "dangling_reference"
+UNGROUNDED = "ungrounded"
+KEY_MISMATCH = "key_mismatch"
 REASON_CODES: tuple[str, ...] = (
     SCOPE_THREAD, SCOPE_PROJECT, TEMPORARY, TRANSACTIONAL, LOW_CONFIDENCE,
-    EVIDENCE_MISSING, EVIDENCE_NOT_USER, DUPLICATE, INVALID,
+    EVIDENCE_MISSING, EVIDENCE_NOT_USER, DANGLING_REFERENCE, UNGROUNDED, KEY_MISMATCH, DUPLICATE, INVALID,
 )  # fmt: skip
 
 # --- pure rules -------------------------------------------------------------------
@@ -85,6 +91,19 @@ def judge_fact(fact: FactCandidate, rows: Sequence[Row], *, project_id: str | No
     if not fact.confidence >= threshold:
         reasons.append(LOW_CONFIDENCE)
     reasons += evidence_reasons(fact.evidence_message_id, fact.evidence_text, rows)
+    reasons += wording_reasons(fact)
+    return reasons
+
+
+def wording_reasons(fact: FactCandidate) -> list[str]:
+    """What the fact's own words fail: self-contained, grounded in the quote, key."""
+    reasons = []
+    if wording.dangling_words(fact.content):
+        reasons.append(DANGLING_REFERENCE)
+    if wording.ungrounded_words(fact.content, fact.evidence_text):
+        reasons.append(UNGROUNDED)
+    if wording.key_mismatch(fact.key, fact.content):
+        reasons.append(KEY_MISMATCH)
     return reasons
 
 

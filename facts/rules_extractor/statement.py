@@ -75,3 +75,84 @@ def zh_content(text: str) -> str:
     text = clean(text)
     text = re.sub(r"^我们", "用户所在团队", text)
     return text.replace("我", "用户") if text.startswith("我") else "用户" + text.replace("我", "用户")
+
+
+# --- the object of a statement ---------------------------------------------------------
+#
+# "I love X": the fact is only as good as X. A careful reader keeps "User loves hiking"
+# and "User likes movies that make them laugh"; not "User loves them", "User loves how
+# uncomplicated it is", "User likes the actors and the plot" (of what?), nor a whole
+# run-on sentence. `en_object` / `zh_object` return X cut to its claim, or None when X
+# does not stand on its own.
+
+# What follows these is the reason or the circumstance, not the thing liked: cut there.
+_EN_CUT = re.compile(
+    r"[,;]?\s+(?:because|since|as (?:it|they|these|those|this|that|i|we|he|she|there|my|the)\b|so (?:that|i|it)\b|"
+    r"which|when(?:ever)?|while|but|although|though|even though|if|unless|until|after|before|where|whereas|"
+    r"and (?:i|i'm|i've|it|it's|that|they|my|then)\b|especially when|except)\b.*$|\s+[—–-]{1,2}\s+.*$",
+    _I,
+)
+# Pointing at the conversation, in the user's own words ("them" is never the user here).
+# (`wording.dangling_words` covers it, this, that world, there, he, she …)
+_EN_OUTSIDE = re.compile(
+    r"\b(?:they|them|their|theirs|ones|you|your|yours|such|same|former|latter|aforementioned)\b|\bone$", _I
+)
+# A clause, not a thing: "how uncomplicated it is", "what you said".
+_EN_CLAUSE_START = re.compile(r"^(?:how|what|why|where|who|whom|whose|whether|that|which|when|if|so|to be)\b", _I)
+# "the X" names a thing of the conversation ("the actors", "the interview") unless X is a
+# kind of thing everyone shares, a name, or said more of ("the art style of the Renaissance").
+_EN_GENERIC_THE = frozenset(
+    "beach beaches ocean sea sea's mountains mountain outdoors countryside city sun sunshine rain snow night "
+    "morning mornings evening evenings weekend weekends piano guitar violin cello drums flute saxophone trumpet "
+    "harp gym news radio theater theatre cinema movies library park parks forest woods desert lake lakes river "
+    "rivers stars moon sky seaside wilderness suburbs internet web classics arts opera ballet blues "
+    "holidays summer winter spring autumn fall rest most best".split()
+)
+# Ends that leave the statement unfinished ("I like to listen to").
+_EN_OPEN_END = re.compile(r"\b(?:to|of|with|about|for|from|in|on|at|by|and|or|the|a|an|like|than|very|so)$", _I)
+MAX_OBJECT_WORDS = 16
+
+
+def en_object(raw: str) -> str | None:
+    """The object of an English statement, or None when it points outside itself."""
+    from ..wording import dangling_words
+
+    x = clean(raw)
+    if re.match(r"^it (?:when|whenever|if)\b", x, _I):
+        # "I like it when you show an example first": about how to work with the user
+        rest = re.sub(r"^it (?:when|whenever|if)\s+", "", x, flags=_I)
+        if not rest or _EN_OUTSIDE.search(re.sub(r"\byou(?:r)?\b", "", rest, flags=_I)):
+            return None
+        return x
+    x = clean(_EN_CUT.sub("", x))
+    if not x or _EN_CLAUSE_START.match(x) or _EN_OPEN_END.search(x):
+        return None
+    if _EN_OUTSIDE.search(x) or dangling_words("User likes " + x) or len(x.split()) > MAX_OBJECT_WORDS:
+        return None
+    m = re.match(r"^the\s+(?P<noun>[\w'-]+)(?P<rest>.*)$", x, _I)
+    if m and m["noun"].lower() not in _EN_GENERIC_THE and not m["noun"][:1].isupper():
+        rest = m["rest"].strip()
+        named = re.search(r"\b[A-Z][\w'-]+", rest) or re.match(r"^(?:of|from|in)\b", rest, _I)
+        if not named:
+            return None
+    if not re.search(r"[A-Za-z\u4e00-\u9fff]{2,}", x):
+        return None
+    return x
+
+
+# Chinese: the claim ends at the first clause that gives a reason or an effect.
+_ZH_CUT = re.compile(r"(?:[，,；;]|因为|所以|但是|但|不过|可是|然而|而且|并且|然后|让|使得?|感觉|觉得|因此|于是|只是).*$")
+_ZH_CLAUSE_START = re.compile(r"^(?:的|了|过|着|得|地|吧|呢|啊|呀|是|在|把|被|给|让|跟|和|与|对|到|去|来)")
+MAX_ZH_OBJECT_CHARS = 24
+
+
+def zh_object(raw: str) -> str | None:
+    """The object of a Chinese statement, or None when it points outside itself."""
+    from ..wording import dangling_words
+
+    x = clean(_ZH_CUT.sub("", clean(raw)))
+    if len(x) < 2 or _ZH_CLAUSE_START.match(x) or len(x) > MAX_ZH_OBJECT_CHARS:
+        return None
+    if dangling_words(x) or re.search(r"你|您", x):
+        return None
+    return x
