@@ -90,17 +90,21 @@ def judge_fact(fact: FactCandidate, rows: Sequence[Row], *, project_id: str | No
         reasons.append(TRANSACTIONAL)
     if not fact.confidence >= threshold:
         reasons.append(LOW_CONFIDENCE)
-    reasons += evidence_reasons(fact.evidence_message_id, fact.evidence_text, rows)
-    reasons += wording_reasons(fact)
-    return reasons
+    evidence = evidence_reasons(fact.evidence_message_id, fact.evidence_text, rows)
+    said = None
+    if not evidence:
+        said = next(r["content"] for r in rows if r["id"] == fact.evidence_message_id)
+    return reasons + evidence + wording_reasons(fact, said=said, project_id=project_id)
 
 
-def wording_reasons(fact: FactCandidate) -> list[str]:
-    """What the fact's own words fail: self-contained, grounded in the quote, key."""
+def wording_reasons(fact: FactCandidate, *, said: str | None, project_id: str | None = None) -> list[str]:
+    """What the fact's own words fail: self-contained; grounded in the user's message
+    that holds the quote (`said`; None when the evidence check already failed, and the
+    turn's project id counts as said: "this repo" is that project); its key."""
     reasons = []
     if wording.dangling_words(fact.content):
         reasons.append(DANGLING_REFERENCE)
-    if wording.ungrounded_words(fact.content, fact.evidence_text):
+    if said is not None and wording.ungrounded_words(fact.content, said + " " + (project_id or "")):
         reasons.append(UNGROUNDED)
     if wording.key_mismatch(fact.key, fact.content):
         reasons.append(KEY_MISMATCH)

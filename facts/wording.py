@@ -132,7 +132,7 @@ _EN_FRAME = frozenset(
     whose what when where why how a an the this these those it its you your yours me my mine we our us i
     standing request requests asks asked answer answers reply replies respond responses response assistant
     currently now still name named called call person someone something thing things kind type sort way ways
-    activities activity such especially including like e.g. etc""".split()
+    activities activity such especially including like e.g. etc agent agents ai bot model llm""".split()
 )
 _ZH_FRAME = re.compile(
     r"用户|喜欢|偏好|偏爱|希望|想要|需要|要求|长期|一直|非常|比较|特别|经常|总是|通常|平时|不喜欢|讨厌|以后|今后|"
@@ -179,7 +179,7 @@ def ungrounded_words(content: str, evidence: str) -> list[str]:
         return missing
     body = _ZH_FRAME.sub(" ", text)
     bigrams = {body[i : i + 2] for i in range(len(body) - 1) if _HAN.match(body[i]) and _HAN.match(body[i + 1])}
-    latin = [w for w in re.findall(r"[A-Za-z][A-Za-z0-9+#.]*", text) if len(w) > 1]
+    latin = [w for w in re.findall(r"[A-Za-z][A-Za-z0-9+#.]*", text) if len(w) > 1 and w.lower() not in _EN_FRAME]
     missing += [w for w in latin if w.casefold() not in quote_folded]
     if bigrams and not any(b in quote for b in bigrams):
         missing += sorted(bigrams)
@@ -195,7 +195,9 @@ LANGUAGES = (
 _ANSWERS = (
     r"\b(?:answer|answers|answering|repl(?:y|ies|ying)|respon(?:d|ds|ding|se|ses)|explain\w*|explanations?|"
     r"write|writes|writing|speak\w*|talk\w*|communicat\w*|chat\w*|messages?|output)\b|"
-    r"回答|回复|答复|解释|讲解|交流|沟通|说话|对话|输出|用.{0,6}(?:说|讲|写)"
+    r"回答|回复|答复|解释|讲解|交流|沟通|说话|对话|输出|用.{0,6}(?:说|讲|写)|"
+    # what an answer is made of
+    r"\b(?:paragraphs?|sentences?|bullet|bullets|summar(?:y|ies)|code|examples?)\b|段落|句子|总结|代码|示例|例子"
 )
 _LENGTH = (
     r"\b(?:concise|brief|short|shorter|succinct|terse|long|longer|lengthy|detailed|verbose|in-depth|thorough|"
@@ -217,7 +219,7 @@ def _both(*patterns: str) -> tuple[re.Pattern[str], ...]:
 # here are the extractor's own (`pref_<subject>`) and only collide on the same subject.
 SINGLE_VALUED: Mapping[str, tuple[re.Pattern[str], ...]] = {
     "name": _both(r"\bname\b|\bcalled\b|名字|姓名|叫"),
-    "preferred_name": _both(r"\bcall\w*\b|\bname\b|\bnickname\b|叫|称呼|昵称"),
+    "preferred_name": _both(r"\bcall\w*\b|\bname\b|\bnickname\b|叫|称呼|称为|昵称"),
     "response_language": _both(LANGUAGES, _ANSWERS),
     "code_comment_language": _both(LANGUAGES, r"\bcomments?\b|注释"),
     "commit_message_language": _both(LANGUAGES, r"\bcommit|提交"),
@@ -227,13 +229,17 @@ SINGLE_VALUED: Mapping[str, tuple[re.Pattern[str], ...]] = {
     "emoji_usage": _both(r"\bemojis?\b|表情"),
     "units": _both(r"\b(?:metric|imperial|celsius|fahrenheit|units?)\b|公制|英制|摄氏|华氏|单位"),
     "timezone": _both(r"time ?zone|\b(?:utc|gmt|[A-Z]{2,4}T)\b|时区"),
-    "location": _both(r"\blive[sd]?\b|\bliving\b|\bbased\b|\blocated\b|\bcity\b|\bmoved to\b|住|生活在|定居|常驻|城市|所在地"),
+    "location": _both(
+        r"\blive[sd]?\b|\bliving\b|\bbased\b|\blocated\b|\bcity\b|\bmoved to\b|住|生活在|定居|常驻|城市|所在地"
+    ),
     "hometown": _both(r"\bfrom\b|\bhometown\b|\bgrew up\b|\bborn\b|来自|老家|家乡|出生"),
     "occupation": _both(
         r"\bwork\w*|\bjob\b|\brole\b|\bas an?\b|\bis an?\b|\bprofession\b|\boccupation\b|\btitle\b|职业|工作|岗位|职位|是|做"
     ),
     "employer": _both(r"\bwork\w* (?:at|for)\b|\bemployer\b|\bcompany\b|\bjoined\b|公司|单位|工作|上班|任职"),
-    "native_language": _both(LANGUAGES + r"|\bnative\b|\bmother tongue\b|母语", r"native|mother tongue|first language|母语"),
+    "native_language": _both(
+        LANGUAGES + r"|\bnative\b|\bmother tongue\b|母语", r"native|mother tongue|first language|母语"
+    ),
     "birthday": _both(r"\bbirthday\b|\bborn\b|生日|出生"),
     "editor": _both(
         r"\b(?:vim|neovim|nvim|emacs|vs ?code|visual studio code|sublime|intellij|pycharm|goland|webstorm|"

@@ -141,7 +141,9 @@ def en_object(raw: str) -> str | None:
 
 
 # Chinese: the claim ends at the first clause that gives a reason or an effect.
-_ZH_CUT = re.compile(r"(?:[，,；;]|因为|所以|但是|但|不过|可是|然而|而且|并且|然后|让|使得?|感觉|觉得|因此|于是|只是).*$")
+_ZH_CUT = re.compile(
+    r"(?:[，,；;]|因为|所以|但是|但|不过|可是|然而|而且|并且|然后|让|使得?|感觉|觉得|因此|于是|只是).*$"
+)
 _ZH_CLAUSE_START = re.compile(r"^(?:的|了|过|着|得|地|吧|呢|啊|呀|是|在|把|被|给|让|跟|和|与|对|到|去|来)")
 MAX_ZH_OBJECT_CHARS = 24
 
