@@ -88,29 +88,33 @@ def _named_before(words: list[str], upto: int) -> bool:
     return False
 
 
+def _points_outside(words: list[str], i: int) -> bool:
+    """Is English word `i` of a fact a reference to something the fact does not name?"""
+    lower = words[i].lower().replace("’", "'")
+    after = [w.lower() for w in words[i + 1 : i + 3]]
+    before = words[i - 1].lower() if i > 0 else ""
+    if lower in _EN_DEMONSTRATIVE:
+        return True
+    if lower == "there":
+        return not after or after[0] not in ("is", "are", "was", "were")
+    if lower == "that":
+        return not after or before in _EN_THAT_OBJECT
+    if lower in _EN_ANAPHORA:
+        # "finds it hard to …", "loves it when …": "it" stands for the clause that follows
+        expletive = lower == "it" and bool(set(after) & {"to", "that", "when", "whenever", "if"})
+        return not expletive and not _named_before(words, i)
+    if lower in ("them", "they"):
+        # "they"/"them" may be the user ("User wants you to call them Bob"); right after a
+        # verb of liking, with nothing named before it, it is the thing liked.
+        return before in _EN_VERBS_BEFORE_OBJECT and not _named_before(words, i)
+    return False
+
+
 def dangling_words(content: str) -> list[str]:
     """The words of `content` that point at something the fact does not name."""
     text = unicodedata.normalize("NFKC", content)
-    found: list[str] = []
     words = _EN_WORD.findall(text)
-    for i, word in enumerate(words):
-        lower = word.lower().replace("’", "'")
-        if lower in _EN_DEMONSTRATIVE:
-            found.append(word)
-        elif lower == "there" and not (i + 1 < len(words) and words[i + 1].lower() in ("is", "are", "was", "were")):
-            found.append(word)
-        elif lower == "that" and (i + 1 == len(words) or (i > 0 and words[i - 1].lower() in _EN_THAT_OBJECT)):
-            found.append(word)
-        elif lower in _EN_ANAPHORA and not _named_before(words, i):
-            # "finds it hard to …", "loves it when …": "it" stands for the clause that follows
-            after = {w.lower() for w in words[i + 1 : i + 3]}
-            if not (lower == "it" and after & {"to", "that", "when", "whenever", "if"}):
-                found.append(word)
-        elif lower in ("them", "they") and i > 0 and words[i - 1].lower() in _EN_VERBS_BEFORE_OBJECT:
-            # "they"/"them" may be the user ("User wants you to call them Bob"), but right
-            # after a verb of liking with nothing named before it is the thing liked.
-            if not _named_before(words, i):
-                found.append(word)
+    found = [word for i, word in enumerate(words) if _points_outside(words, i)]
     found += [m.group(0) for m in _ZH_ANAPHORA.finditer(text)]
     for m in _ZH_PERSON_PRONOUN.finditer(text):
         if not _ZH_PERSONS.search(text, 0, m.start()):

@@ -99,7 +99,9 @@ def score(lines: Iterable[dict[str, Any]]) -> Score:
         matched: set[int] = set()
         for fact in accepted:
             result.accepted += 1
-            hits = {i for i, label in enumerate(labels) if any(_mentions(fact["content"], k) for k in label["keywords"])}
+            hits = {
+                i for i, label in enumerate(labels) if any(_mentions(fact["content"], k) for k in label["keywords"])
+            }
             if hits:
                 result.right += 1
                 result.right_list.append((line["id"], fact["content"]))

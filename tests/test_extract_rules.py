@@ -207,7 +207,9 @@ def test_a_statement_whose_object_is_in_the_conversation_gives_nothing(text: str
 def test_mentioning_a_language_is_not_an_answer_language_preference() -> None:
     [fact] = facts_of("Please always answer in English.")
     assert fact["key"] == "response_language"
-    assert all(f["key"] != "response_language" for f in facts_of("It's much easier since I took French in high school."))
+    assert all(
+        f["key"] != "response_language" for f in facts_of("It's much easier since I took French in high school.")
+    )
     assert only("I prefer Sichuan and Cantonese cuisine.")["key"] != "response_language"
     assert only("I like hiking, long-distance running and basketball.")["key"] != "response_length"
 
@@ -216,7 +218,9 @@ def test_code_generics_operators_and_links_are_kept_whole() -> None:
     assert accepted_contents("I prefer Result<T, E> & the ? operator over panics in Rust.") == [
         "User prefers Result<T, E> & the ? operator over panics in Rust."
     ]
-    [content] = accepted_contents("From now on, always link to https://docs.python.org/3/library/re.html, e.g. for regexes.")
+    [content] = accepted_contents(
+        "From now on, always link to https://docs.python.org/3/library/re.html, e.g. for regexes."
+    )
     assert "https://docs.python.org/3/library/re.html" in content
 
 

@@ -44,7 +44,10 @@ def test_it_rejects_a_fact_that_points_at_something_only_the_conversation_held(c
     ("content", "said"),
     [
         ("User has two cats and feeds them at 7 am.", "I have two cats and feed them at 7 am."),
-        ("User's sister lives in Oslo and her kids are learning Norwegian.", "My sister lives in Oslo, her kids are learning Norwegian"),
+        (
+            "User's sister lives in Oslo and her kids are learning Norwegian.",
+            "My sister lives in Oslo, her kids are learning Norwegian",
+        ),
         ("User finds it hard to wake up early.", "I find it hard to wake up early."),
         ("User likes it when answers start with an example.", "I like it when answers start with an example"),
         ("User likes movies that make them laugh.", "I like movies that make me laugh"),
@@ -95,7 +98,9 @@ def test_a_project_fact_may_name_the_project_the_turn_is_in() -> None:
 
 
 def test_groundedness_reads_the_whole_message_the_quote_is_from() -> None:
-    rows: list[Row] = [{"id": "u1", "role": "user", "content": "We pin Airflow 2.9. Never use SubDAGs, use TaskGroups."}]
+    rows: list[Row] = [
+        {"id": "u1", "role": "user", "content": "We pin Airflow 2.9. Never use SubDAGs, use TaskGroups."}
+    ]
     candidate = fact_model(
         content="Airflow is pinned to 2.9 and TaskGroups replace SubDAGs.", evidence_text="We pin Airflow 2.9."
     )

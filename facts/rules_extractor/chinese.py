@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from ..enums import Authority, Category
+from ..enums import Authority, Category, Durability
 from ..schemas import normalize_key
 from .keys import ATTRIBUTES, PREFERENCE_TOPICS, ROLE_WORDS, TOOL_TOPICS, ZH_ROLE_WORDS, key_of, slug_of, topic_of
 from .markers import ZH_DURABLE, ZH_EVENT, ZH_IMPERATIVE, ZH_TEMPORARY
@@ -96,6 +96,10 @@ def zh_statement(clause: str) -> Statement | None:
         # "准备去吃晚饭了", "准备出门": what they are about to do, not a goal
         if not x or re.match(r"^(?:去|来|回|出|吃|睡|休息|开始|做|搬|买|看|参加|一下)", x) or x.endswith("了"):
             return None
+        if re.match(r"^一[场次个份篇]", x):  # one speech, one interview: an event, not a lasting goal
+            statement = Statement(Category.GOAL, normalize_key("preparing_" + (slug_of(x) or "general"))[:60], "用户在准备" + x, LIKELY)  # fmt: skip
+            statement.durability = Durability.TEMPORARY
+            return statement
         return Statement(Category.GOAL, normalize_key("preparing_" + (slug_of(x) or "general"))[:60], "用户在准备" + x, LIKELY)  # fmt: skip
     m = re.match(r"^我(?:的)?(?:长期)?(?:目标|梦想|理想)是(?P<x>.+)", c) or re.match(r"^我(?:想|希望|打算)(?:以后|将来|未来)?(?:成为|当)(?:一[名个位])?(?P<x>.+)", c)  # fmt: skip
     if m:

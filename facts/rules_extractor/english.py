@@ -20,7 +20,7 @@ from .keys import (
     slug_of,
     topic_of,
 )
-from .markers import EN_DURABLE, EN_IMPERATIVE, EN_TEMPORARY
+from .markers import EN_DURABLE, EN_TEMPORARY
 from .statement import LIKELY, SURE, UNSURE, Statement, en_content, en_object, third_person_verb
 from .text import clean
 
@@ -51,7 +51,7 @@ _ASSISTANT_VERBS = re.compile(
 
 def assistant_action(x: str) -> bool:
     """Does `x` ask the assistant to do something when it works for the user?"""
-    if not x or _THREADISH.match(x) or en_object(x) is None and not re.search(r"\bme\b", x, _I):
+    if not x or _THREADISH.match(x) or (en_object(x) is None and not re.search(r"\bme\b", x, _I)):
         return False
     return bool(_ASSISTANT_VERBS.match(x) or topic_of(x, PREFERENCE_TOPICS))
 
@@ -129,9 +129,11 @@ def en_statement(clause: str) -> Statement | None:
             return None
         return Statement(Category.GOAL, key_of("goal", x, topics=()), en_content("User is trying to {x}.", x), UNSURE)
 
-    m = re.match(r"^my\s+(?P<attr>[a-z][a-z' -]{0,30}?)\s+(?:is|are)\s+(?P<x>.+)", c, _I)
+    m = re.match(r"^my\s+(?P<attr>[a-z][a-z' -]{0,30}?)\s+(?P<be>is|are)\s+(?P<x>.+)", c, _I)
     if m:
-        attr, x = m["attr"].lower().strip(), clean(m["x"])
+        attr, x, be = m["attr"].lower().strip(), en_object(m["x"]), m["be"].lower()
+        if x is None:
+            return None
         fav = re.match(r"^(?:favou?rite|preferred|go-to|default)\s+(?P<what>.+)$", attr)
         if fav:
             what = fav["what"]
@@ -140,7 +142,7 @@ def en_statement(clause: str) -> Statement | None:
                 if fav.group(0).startswith("fav")
                 else normalize_key("preferred_" + what)
             )
-            return Statement(Category.PREFERENCE, key[:60], en_content(f"User's {attr} is {{x}}.", x), SURE)
+            return Statement(Category.PREFERENCE, key[:60], en_content(f"User's {attr} {be} {{x}}.", x), SURE)
         main = re.match(r"^(?:main|primary|daily)\s+(?P<what>.+)$", attr)
         if main and main["what"] in ("editor", "language", "programming language", "os", "stack", "shell", "ide"):
             key = {"language": "programming_language", "programming language": "programming_language"}.get(

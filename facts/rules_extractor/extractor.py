@@ -160,7 +160,7 @@ _EN_VERBISH = re.compile(
     r"\b(?:is|are|was|were|am|be|been|have|has|had|do|does|did|can|could|will|would|should|make|makes|made|feel|feels|felt|give|gives)\b|'(?:s|re|ve|ll|d)\b",
     _I,
 )
-_ZH_ITEM = re.compile(r"^(?:和|以及|还有|及)?[^我你他她它这那是让使感觉得会要想吧呢吗啊]{1,8}$")
+_ZH_ITEM = re.compile(r"^(?:和|以及|还有|及)?[^我你他她它这那是让使感觉得会要想吧呢吗啊]{1,10}$")
 
 
 # The next step of an instruction ("先给结论，再补充必要的解释", "…, then the details").
@@ -251,11 +251,15 @@ def _statements(text: str) -> list[_Found]:
                     break
                 end = n_end
                 nxt += 1
-            whole = text[c_start:end]
-            if end > c_end:
-                extended = _analyze(clean(strip_leads(clean(whole))[0]))
+            # the longest run-on that still reads as one statement ("I like A, B, and C, a
+            # variety of them" keeps "A, B, and C")
+            for stop in range(nxt, index + 1, -1):
+                extended = _analyze(clean(strip_leads(clean(text[c_start : clauses[stop - 1][1]]))[0]))
                 if extended is not None and extended.confidence >= statement.confidence:
-                    statement = extended
+                    statement, end = extended, clauses[stop - 1][1]
+                    break
+            else:
+                end = c_end
             if any(q_start <= c_start < q_end for q_start, q_end in quotes):
                 index = nxt  # someone else's words, a sign, a title: not the user speaking
                 pending_temporary = pending_durable = pending_correction = pending_memory = False

@@ -89,7 +89,7 @@ def zh_content(text: str) -> str:
 _EN_CUT = re.compile(
     r"[,;]?\s+(?:because|since|as (?:it|they|these|those|this|that|i|we|he|she|there|my|the)\b|so (?:that|i|it)\b|"
     r"which|when(?:ever)?|while|but|although|though|even though|if|unless|until|after|before|where|whereas|"
-    r"and (?:i|i'm|i've|it|it's|that|they|my|then)\b|especially when|except)\b.*$|\s+[—–-]{1,2}\s+.*$",
+    r"(?<!\bnow )and (?:i|i'm|i've|it|it's|that|they|my|then)\b|especially when|except)\b.*$|\s+[—–-]{1,2}\s+.*$",
     _I,
 )
 # Pointing at the conversation, in the user's own words ("them" is never the user here).
@@ -142,7 +142,7 @@ def en_object(raw: str) -> str | None:
 
 # Chinese: the claim ends at the first clause that gives a reason or an effect.
 _ZH_CUT = re.compile(
-    r"(?:[，,；;]|因为|所以|但是|但|不过|可是|然而|而且|并且|然后|让|使得?|感觉|觉得|因此|于是|只是).*$"
+    r"(?:[，,；;]|因为|所以|但是|但|不过|可是|然而|而且|并且|然后|让|使得?|感觉|觉得|因此|于是|只是).*$|了$"
 )
 _ZH_CLAUSE_START = re.compile(r"^(?:的|了|过|着|得|地|吧|呢|啊|呀|是|在|把|被|给|让|跟|和|与|对|到|去|来)")
 MAX_ZH_OBJECT_CHARS = 24
