@@ -125,8 +125,19 @@ def en_object(raw: str) -> str | None:
             return None
         return x
     x = clean(_EN_CUT.sub("", x))
+    # "…, sadly", "…, lol": the speaker's aside, not part of the fact
+    x = clean(
+        re.sub(
+            r",\s*(?:sadly|unfortunately|honestly|actually|though|anyway|lol|haha|tbh|really)$|(?:,\s*|\s+)(?:too|as well)$",
+            "",
+            x,
+            flags=_I,
+        )
+    )
     if not x or _EN_CLAUSE_START.match(x) or _EN_OPEN_END.search(x):
         return None
+    if re.match(r"^to (?:think|say|believe|imagine|pretend|hear|know)\b", x, _I):
+        return None  # "I like to think I'm a good cook": an opinion of oneself, not a liking
     if _EN_OUTSIDE.search(x) or dangling_words("User likes " + x) or len(x.split()) > MAX_OBJECT_WORDS:
         return None
     m = re.match(r"^the\s+(?P<noun>[\w'-]+)(?P<rest>.*)$", x, _I)
