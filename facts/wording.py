@@ -113,6 +113,8 @@ def _points_outside(words: list[str], i: int) -> bool:
 def dangling_words(content: str) -> list[str]:
     """The words of `content` that point at something the fact does not name."""
     text = unicodedata.normalize("NFKC", content)
+    # a person's pronouns are words about words: "User's pronouns are she/her"
+    text = re.sub(r"\bpronouns?\b.*$", "", text, flags=_I)
     words = _EN_WORD.findall(text)
     found = [word for i, word in enumerate(words) if _points_outside(words, i)]
     found += [m.group(0) for m in _ZH_ANAPHORA.finditer(text)]
@@ -240,7 +242,9 @@ SINGLE_VALUED: Mapping[str, tuple[re.Pattern[str], ...]] = {
     "occupation": _both(
         r"\bwork\w*|\bjob\b|\brole\b|\bas an?\b|\bis an?\b|\bprofession\b|\boccupation\b|\btitle\b|职业|工作|岗位|职位|是|做"
     ),
-    "employer": _both(r"\bwork\w* (?:at|for)\b|\bemployer\b|\bcompany\b|\bjoined\b|公司|单位|工作|上班|任职"),
+    "employer": _both(
+        r"\bwork\w* (?:at|for)\b|\bemployer\b|\bcompany\b|\bjoined\b|\bintern\w*|公司|单位|工作|上班|任职|实习|就职"
+    ),
     "native_language": _both(
         LANGUAGES + r"|\bnative\b|\bmother tongue\b|母语", r"native|mother tongue|first language|母语"
     ),

@@ -144,7 +144,7 @@ def zh_statement(clause: str) -> Statement | None:
         c,
     )
     if m:
-        verb, x = m["verb"], clean(m["x"])
+        verb, x = m["verb"], clean(re.sub(r"^的是", "", m["x"]))  # "我喜欢的是 Vue"
         if re.match(r"^(?:这个|这段|这种回答|这样|你刚才|刚才|了|过)", x) or not x:
             return None
         if verb not in ("希望", "想要", "需要", "要求", "愿意"):

@@ -94,8 +94,21 @@ _EN_CUT = re.compile(
 )
 # Pointing at the conversation, in the user's own words ("them" is never the user here).
 # (`wording.dangling_words` covers it, this, that world, there, he, she …)
-_EN_OUTSIDE = re.compile(
-    r"\b(?:they|them|their|theirs|ones|you|your|yours|such|same|former|latter|aforementioned)\b|\bone$", _I
+_EN_OUTSIDE = re.compile(r"\b(?:they|them|their|theirs|ones|yours|such|same|former|latter|aforementioned)\b|\bone$", _I)
+# "you" is the assistant: fine as the one who acts ("you to always explain", "you not use
+# bullet points") or in what its answers are made of ("your replies"); "your idea" is
+# something it said in this conversation.
+_EN_YOU_OK = re.compile(
+    r"\byou(?:\s+(?:to|not|never|always|don't|do not|didn't|use|show|give|explain|write|answer|reply|respond|ask|"
+    r"call|keep|start|skip|avoid|stop|add|include|put|format|mention)\b)|\byour\s+(?:repl(?:y|ies)|answers?|"
+    r"responses?|explanations?|code|examples?|messages?|summar(?:y|ies)|comments?|suggestions?|output)\b",
+    _I,
+)
+# A time that only says when: "learning Rust this year", "I mainly write Go these days".
+_EN_WHEN = re.compile(
+    r"\s+(?:(?:this|next|every) (?:year|month|week|semester|term|summer|winter|spring|autumn|fall|weekend)|"
+    r"these days|lately|recently|nowadays|at the moment|right now|currently|at present|for now)$",
+    _I,
 )
 # A clause, not a thing: "how uncomplicated it is", "what you said".
 _EN_CLAUSE_START = re.compile(r"^(?:how|what|why|where|who|whom|whose|whether|that|which|when|if|so|to be)\b", _I)
@@ -134,18 +147,20 @@ def en_object(raw: str) -> str | None:
             flags=_I,
         )
     )
+    x = clean(_EN_WHEN.sub("", x))
     if not x or _EN_CLAUSE_START.match(x) or _EN_OPEN_END.search(x):
+        return None
+    if re.search(r"\byour?\b", _EN_YOU_OK.sub("", x), _I):
         return None
     if re.match(r"^to (?:think|say|believe|imagine|pretend|hear|know)\b", x, _I):
         return None  # "I like to think I'm a good cook": an opinion of oneself, not a liking
     if _EN_OUTSIDE.search(x) or dangling_words("User likes " + x) or len(x.split()) > MAX_OBJECT_WORDS:
         return None
-    m = re.match(r"^the\s+(?P<noun>[\w'-]+)(?P<rest>.*)$", x, _I)
+    # "the N" alone ("the interview", "the actors and the plot") is a thing of the
+    # conversation; "the dark theme", "the art style of the Renaissance" say which.
+    m = re.match(r"^the\s+(?P<noun>[\w'-]+)(?:$|\s+(?:and|or|especially|most|a lot)\b)", x, _I)
     if m and m["noun"].lower() not in _EN_GENERIC_THE and not m["noun"][:1].isupper():
-        rest = m["rest"].strip()
-        named = re.search(r"\b[A-Z][\w'-]+", rest) or re.match(r"^(?:of|from|in)\b", rest, _I)
-        if not named:
-            return None
+        return None
     if not re.search(r"[A-Za-z\u4e00-\u9fff]{2,}", x):
         return None
     return x
@@ -166,6 +181,7 @@ def zh_object(raw: str) -> str | None:
     x = clean(_ZH_CUT.sub("", clean(raw)))
     if len(x) < 2 or _ZH_CLAUSE_START.match(x) or len(x) > MAX_ZH_OBJECT_CHARS:
         return None
-    if dangling_words(x) or re.search(r"你|您", x):
+    # "你" is the assistant: fine as the one who acts ("你用类比来解释", "你每次都问我")
+    if dangling_words(x) or re.search(r"你|您", re.sub(r"^(?:你|您)(?=[^的])", "", x)):
         return None
     return x
