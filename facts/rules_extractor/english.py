@@ -131,7 +131,8 @@ def en_statement(clause: str) -> Statement | None:
 
     m = re.match(r"^my\s+(?P<attr>[a-z][a-z' -]{0,30}?)\s+(?P<be>is|are)\s+(?P<x>.+)", c, _I)
     if m:
-        attr, x, be = m["attr"].lower().strip(), en_object(m["x"]), m["be"].lower()
+        attr, be = m["attr"].lower().strip(), m["be"].lower()
+        x = clean(m["x"]) if attr == "pronouns" else en_object(m["x"])  # "she/her" names no one
         if x is None:
             return None
         fav = re.match(r"^(?:favou?rite|preferred|go-to|default)\s+(?P<what>.+)$", attr)
