@@ -152,7 +152,7 @@ def en_statement(clause: str) -> Statement | None:
             return Statement(Category.CONTEXT, key, en_content(f"User's {attr} is {{x}}.", x), SURE)
         if attr in ATTRIBUTES:
             key, category = ATTRIBUTES[attr]
-            return Statement(category, key, en_content(f"User's {attr} is {{x}}.", x), SURE)
+            return Statement(category, key, en_content(f"User's {attr} {be} {{x}}.", x), SURE)
         return None
 
     m = re.match(r"^i work (?P<prep>as|at|for|in|on)\s+(?P<x>.+)", c, _I)
