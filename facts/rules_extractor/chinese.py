@@ -147,6 +147,14 @@ def zh_statement(clause: str) -> Statement | None:
         verb, x = m["verb"], clean(re.sub(r"^的是", "", m["x"]))  # "我喜欢的是 Vue"
         if re.match(r"^(?:这个|这段|这种回答|这样|你刚才|刚才|了|过)", x) or not x:
             return None
+        fav = re.match(r"^的(?P<what>[^，,。是]{1,10})是(?P<y>.+)$", x)  # "我最喜欢的音乐类型是摇滚"
+        if fav and verb in ("喜欢", "爱", "偏爱"):
+            y = zh_object(fav["y"])
+            if y is None:
+                return None
+            what = fav["what"]
+            key = normalize_key("favorite_" + (slug_of(what) or "thing"))[:60]
+            return Statement(Category.PREFERENCE, key, f"用户{m['adv']}{verb}的{what}是{y}", SURE)
         if verb not in ("希望", "想要", "需要", "要求", "愿意"):
             obj = zh_object(x)
             if obj is None:

@@ -167,10 +167,9 @@ def en_object(raw: str) -> str | None:
 
 
 # Chinese: the claim ends at the first clause that gives a reason or an effect.
-_ZH_CUT = re.compile(
-    r"(?:[，,；;]|因为|所以|但是|但|不过|可是|然而|而且|并且|然后|让|使得?|感觉|觉得|因此|于是|只是).*$|了$"
-)
-_ZH_CLAUSE_START = re.compile(r"^(?:的|了|过|着|得|地|吧|呢|啊|呀|是|在|把|被|给|让|跟|和|与|对|到|去|来)")
+_ZH_CUT = re.compile(r"(?:因为|所以|但是|但|不过|可是|然而|而且|并且|然后|让|使得?|感觉|觉得|因此|于是|只是).*$|了$")
+_ZH_ITEM = re.compile(r"^(?:和|以及|还有|及)?[^我你他她它这那是让使感觉得会要想吧呢吗啊]{1,10}$")
+_ZH_CLAUSE_START = re.compile(r"^(?:的|了|过|着|得|地|吧|呢|啊|呀|是|把|被|让|到)")
 MAX_ZH_OBJECT_CHARS = 24
 
 
@@ -178,7 +177,15 @@ def zh_object(raw: str) -> str | None:
     """The object of a Chinese statement, or None when it points outside itself."""
     from ..wording import dangling_words
 
-    x = clean(_ZH_CUT.sub("", clean(raw)))
+    # a list runs on over commas ("唱歌跳舞，健身，旅游"); the first piece that is not one
+    # more item ("尤其是去探险", "五花八门吧") ends the claim
+    pieces = re.split(r"[，,；;]", clean(raw))
+    kept = [pieces[0]]
+    for piece in pieces[1:]:
+        if not _ZH_ITEM.match(piece.strip()):
+            break
+        kept.append(piece.strip())
+    x = clean(_ZH_CUT.sub("", "，".join(kept)))
     if len(x) < 2 or _ZH_CLAUSE_START.match(x) or len(x) > MAX_ZH_OBJECT_CHARS:
         return None
     # "你" is the assistant: fine as the one who acts ("你用类比来解释", "你每次都问我")
