@@ -80,13 +80,13 @@ def zh_statement(clause: str) -> Statement | None:
         key = "school" if m["verb"] in ("读书", "上学", "读研", "读博", "念书") else "employer"
         return Statement(Category.CONTEXT, key, f"用户在{org}{m['verb']}", SURE)
     m = re.match(
-        r"^我(?:最近|现在|目前|正在|还在|接下来|今年|明年|这几个月|接下来几个月|这段时间|打算|准备|会)*(?:在)?(?:系统地?|认真|开始)?"
+        r"^我(?:最近|现在|目前|正在|还在|接下来|今年|明年|这几个月|接下来几个月|这段时间)*(?:在)?(?:系统地?|认真|开始)?"
         r"(?:学习|自学|学)(?!校|院|生)(?P<x>.+)",
         c,
     )
     if m:
         x = clean(m["x"])
-        if x and not re.match(r"^(?:了|过|会|着|到|完|好|这个|这段|一下)", x):
+        if x and not re.match(r"^(?:了|过|会|着|到|完|好|和|与|这个|这段|一下)", x):
             x = zh_object(x) or ""
             if x:
                 return Statement(Category.GOAL, normalize_key("learning_" + (slug_of(x) or "general"))[:60], "用户在学" + x, LIKELY)  # fmt: skip

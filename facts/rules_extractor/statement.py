@@ -161,6 +161,10 @@ def en_object(raw: str) -> str | None:
     m = re.match(r"^the\s+(?P<noun>[\w'-]+)(?:$|\s+(?:and|or|especially|most|a lot)\b)", x, _I)
     if m and m["noun"].lower() not in _EN_GENERIC_THE and not m["noun"][:1].isupper():
         return None
+    # …and so is one at the end of a phrase: "the characters in the book", "the ending of the movie"
+    m = re.search(r"\bthe\s+(?P<noun>[a-z][\w'-]*)$", x)
+    if m and m["noun"] not in _EN_GENERIC_THE:
+        return None
     if not re.search(r"[A-Za-z\u4e00-\u9fff]{2,}", x):
         return None
     return x
@@ -187,6 +191,9 @@ def zh_object(raw: str) -> str | None:
         kept.append(piece.strip())
     x = clean(_ZH_CUT.sub("", "，".join(kept)))
     if len(x) < 2 or _ZH_CLAUSE_START.match(x) or len(x) > MAX_ZH_OBJECT_CHARS:
+        return None
+    # "电影中传递出的情感", "书里的角色": a thing inside a work the fact does not name
+    if re.search(r"(?:电影|影片|书|小说|歌|曲子|剧|节目|故事|游戏|画|文章|课|展览)(?:中|里)", x) and "《" not in x:
         return None
     # "你" is the assistant: fine as the one who acts ("你用类比来解释", "你每次都问我")
     if dangling_words(x) or re.search(r"你|您", re.sub(r"^(?:你|您)(?=[^的])", "", x)):
