@@ -339,5 +339,16 @@ def en_statement(clause: str) -> Statement | None:
     m = re.match(r"^(?:please\s+)?(?:whenever|every time|each time|any time) you\s+(?P<x>.+)", c, _I)
     if m:
         x = clean(m["x"])
-        return Statement(Category.PREFERENCE, key_of("pref", x), en_content("User's standing request: whenever you {x}.", x), LIKELY, standing=True)  # fmt: skip
+        # "whenever you write Python, use type hints": the request is what follows the
+        # condition; "whenever you need me, just open the device" asks nothing of the work
+        when, comma, request = x.partition(",")
+        if not assistant_action(when):
+            return None
+        request = clean(re.sub(r"^(?:please|just|always)\s+", "", clean(request), flags=_I))
+        # (its words may point back into the condition: "include its license")
+        if comma and not (_ASSISTANT_VERBS.match(request) or topic_of(request, PREFERENCE_TOPICS)):
+            return None
+        # alone, "whenever you write Python" is half a request: unsure until its request follows
+        confidence = LIKELY if comma else UNSURE
+        return Statement(Category.PREFERENCE, key_of("pref", x), en_content("User's standing request: whenever you {x}.", x), confidence, standing=True)  # fmt: skip
     return None

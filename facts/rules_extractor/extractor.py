@@ -238,13 +238,18 @@ def _statements(text: str) -> list[_Found]:
                 piece = clean(text[n_start:n_end])
                 piece_body = clean(strip_leads(piece)[0])
                 instruction = statement.standing or statement.content.startswith(("User's request", "用户要求"))
+                # "Whenever you write Python," is half a request: its other half is next
+                half = (
+                    statement.content.startswith("User's standing request: whenever you")
+                    and "," not in statement.content
+                )
                 if (
                     not piece
                     or not _list_item(piece, instruction=instruction)
                     or asking[nxt]
                     or is_acknowledgement(piece)
                     or (_CONTINUATION_STOP.match(piece) and not (instruction and _NEXT_STEP.match(piece)))
-                    or _analyze(piece_body) is not None
+                    or (_analyze(piece_body) is not None and not half)
                     or EN_TEMPORARY.search(piece)
                     or ZH_TEMPORARY.search(piece)
                 ):

@@ -162,7 +162,7 @@ def en_object(raw: str) -> str | None:
     if m and m["noun"].lower() not in _EN_GENERIC_THE and not m["noun"][:1].isupper():
         return None
     # …and so is one at the end of a phrase: "the characters in the book", "the ending of the movie"
-    m = re.search(r"\bthe\s+(?P<noun>[a-z][\w'-]*)$", x)
+    m = re.search(r"\bthe\s+[a-z][\w'-]*\s+(?:in|of|from|on|at|about)\s+the\s+(?P<noun>[a-z][\w'-]*)$", x)
     if m and m["noun"] not in _EN_GENERIC_THE:
         return None
     if not re.search(r"[A-Za-z\u4e00-\u9fff]{2,}", x):
