@@ -232,6 +232,11 @@ def zh_statement(clause: str) -> Statement | None:
         # "以后请在回答里附上参考链接": the request may open with where it applies
         action = re.sub(r"^在[^，,。]{1,10}?[里中上时]", "", x)
         requested = "请" in c or "麻烦" in c
+        # 一般/通常/平时 also describe the world ("一般用来包装代码"): only a request when asked
+        if when in ("平时", "平常", "一般", "通常") and not (requested or topic_of(x, PREFERENCE_TOPICS)):
+            return None
+        if re.match(r"^(?:用来|用于)", action) or (re.search(r"是|其实", x) and not requested):
+            return None
         if not (
             requested or ZH_IMPERATIVE.match(action) or (topic_of(x, PREFERENCE_TOPICS) and not ZH_EVENT.search(x))
         ):

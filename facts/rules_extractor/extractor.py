@@ -125,6 +125,9 @@ def _imperative(clause: str, *, marked: bool) -> Statement | None:
     )
     if not body or not (EN_IMPERATIVE.match(body) or ZH_IMPERATIVE.match(body) or subject_first):
         return None
+    # "写作其实是一个长期积累的过程", "用来包装代码": a statement about something, not a request
+    if has_han(body) and "请" not in body and re.search(r"是|其实|用来|用于", body):
+        return None
     in_clause = bool(
         EN_TEMPORARY.search(clause) or ZH_TEMPORARY.search(clause) or EN_DURABLE.search(clause)
         or ZH_DURABLE.search(clause) or body != clause
