@@ -149,3 +149,22 @@ def test_every_single_valued_key_is_documented() -> None:
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "extraction.md").read_text(encoding="utf-8")
     assert all(f"`{key}`" in doc for key in wording.SINGLE_VALUED)
+
+
+# --- in a run, and in review ------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_reviewer_can_overturn_a_wording_reason_and_the_card_is_written() -> None:
+    from facts import review
+    from facts.models import FactCard
+    from tests.factories import fact_candidate
+    from tests.test_gate import run_gate
+
+    rows: list[Row] = [{"id": "u1", "role": "user", "content": "我最近在读《三体》，我很喜欢这本书。"}]
+    dangling = fact_candidate(key="likes_book", content="用户很喜欢这本书", evidence_text="我很喜欢这本书")
+    [candidate] = run_gate({"facts": [dangling]}, rows=rows)
+    assert candidate.verdict == "rejected" and candidate.reasons == [gate.DANGLING_REFERENCE]
+    assert not FactCard.objects.filter(status="active").exists()
+    fact_id = review.apply_candidate(candidate, actor="reviewer", note="", overrides={"content": "用户很喜欢《三体》"})
+    assert FactCard.objects.get(id=fact_id).content == "用户很喜欢《三体》"
