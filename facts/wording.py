@@ -170,9 +170,13 @@ def ungrounded_words(content: str, evidence: str) -> list[str]:
     quote = unicodedata.normalize("NFKC", evidence)
     quote_folded = quote.casefold()
     missing = [n for n in _NUMBER.findall(text) if n not in quote]
-    if _script(text) != _script(quote):
-        return missing  # a fact in the other language: only its numbers can be checked
-    if _script(text) == "latin":
+    script = _script(text)
+    # Words can only be compared within one language: a user who wrote any of the other
+    # script may have been translated ("我住在柏林" → "User lives in Berlin").
+    other = len(_HAN.findall(quote)) >= 2 if script == "latin" else len(re.findall(r"[A-Za-z]{2,}", quote)) >= 3
+    if script == "none" or other:
+        return missing  # only its numbers can be checked
+    if script == "latin":
         words = _EN_WORD.findall(text)
         quote_stems = {_en_stem(w) for w in _EN_WORD.findall(quote)}
         names = [
