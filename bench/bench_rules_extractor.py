@@ -62,12 +62,12 @@ def main() -> None:
                 print(f"    wrong  {sid}: {content}")
             for sid, words in result.missed:
                 print(f"    missed {sid}: {words}")
-    # Real conversations nobody here wrote: MemoryBank's user lines (tests/memorybank_eval.py).
-    from tests import memorybank_eval
+    # Real conversations nobody here wrote: MemoryBank's user lines (tests/memorybank_extraction.py).
+    from tests import memorybank_extraction
 
     print("MemoryBank user lines (real conversations; labels ours; holdout never tuned on):")
-    for lang in memorybank_eval.LANGS:
-        for split, result in memorybank_eval.by_split(lang).items():
+    for lang in memorybank_extraction.LANGS:
+        for split, result in memorybank_extraction.by_split(lang).items():
             print(
                 f"  {lang} {split:<8} {result.lines:>4} lines  precision {result.precision:.3f} "
                 f"({result.right}/{result.accepted})  recall {result.recall:.3f} ({result.found}/{result.durable} "

@@ -20,7 +20,7 @@ REASON_HELP: dict[str, str] = {
     gate.EVIDENCE_MISSING: "The quoted evidence is not in the message it names (or that message is gone).",
     gate.EVIDENCE_NOT_USER: "The evidence is from the assistant or a tool: only the user's words count.",
     gate.DANGLING_REFERENCE: (
-        "Points at something only the conversation held (\"it\", \"them\", \"that place\", 这个): "
+        'Points at something only the conversation held ("it", "them", "that place", 这个): '
         "it would not make sense on its own. Approve only if you can read it alone."
     ),
     gate.UNGROUNDED: "Says something (a name, a number, a thing) that is not in the user's quoted words.",

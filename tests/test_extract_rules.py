@@ -62,9 +62,9 @@ def test_it_keeps_precision_of_at_least_095_on_the_labelled_set() -> None:
 def test_on_real_conversations_what_it_keeps_is_right(lang: str) -> None:
     """MemoryBank's user lines (tests/data/memorybank, labels ours): the floor on the part
     the rules were tuned on, and below what the holdout measured (docs/extraction.md)."""
-    from tests import memorybank_eval
+    from tests import memorybank_extraction
 
-    scores = memorybank_eval.by_split(lang)
+    scores = memorybank_extraction.by_split(lang)
     assert scores["dev"].precision >= 0.95, scores["dev"].wrong
     assert scores["dev"].recall >= 0.25
     assert scores["holdout"].precision >= 0.85
