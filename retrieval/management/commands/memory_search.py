@@ -24,7 +24,7 @@ class Command(BaseCommand):
             action="store_true",
             help=(
                 "Print the memory_search tool's JSON answer (the same results, within its token cap),"
-                " each result with its score's breakdown under \"explain\" (outside the cap)."
+                ' each result with its score\'s breakdown under "explain" (outside the cap).'
             ),
         )
 
