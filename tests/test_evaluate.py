@@ -100,7 +100,7 @@ def test_it_reads_a_smaller_k_from_the_same_ranked_lists(cards, tmp_path) -> Non
     # q2 finds one of its two items at rank 1; q3's item is at rank 2.
     assert at1.recall == pytest.approx((1 + 0.5 + 0 + 0 + 1) / 5)
     assert at1.hit == pytest.approx(3 / 5) and at1.mrr == pytest.approx(3 / 5)
-    with pytest.raises(ValueError, match="1..5"):
+    with pytest.raises(ValueError, match=r"1\.\.5"):
         report.summary(k=6)
 
 
