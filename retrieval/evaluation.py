@@ -152,8 +152,8 @@ class Summary:
             "questions": self.questions,
             "answerable": self.answerable,
             "no_answer": self.no_answer,
-            f"recall@{self.k}": rounded(self.recall, 4),
-            f"hit@{self.k}": rounded(self.hit, 4),
+            "recall_at_k": rounded(self.recall, 4),
+            "hit_at_k": rounded(self.hit, 4),
             "mrr": rounded(self.mrr, 4),
             "false_results": self.false_results,
             "false_result_rate": rounded(self.false_result_rate, 4),
@@ -371,7 +371,9 @@ def run(
 
         warm_process(queries=True)
         first = questions[0]
-        search_fn(WARM_QUERY, user_id=first.user_id, agent_name=first.agent_name, project_id=first.project_id, limit=limit)
+        search_fn(
+            WARM_QUERY, user_id=first.user_id, agent_name=first.agent_name, project_id=first.project_id, limit=limit
+        )
     outcomes = []
     for question in questions:
         start = time.perf_counter()
@@ -418,7 +420,7 @@ def summary_lines(summary: Summary, *, limit: int) -> list[str]:
 
     k = summary.k
     lines = [
-        f"{summary.questions} questions: {summary.answerable} with expected answers, "
+        f"{summary.questions} question{'s' if summary.questions != 1 else ''}: {summary.answerable} with expected answers, "
         f"{summary.no_answer} no-answer; limit {limit}",
     ]
     if summary.answerable:

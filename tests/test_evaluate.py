@@ -138,7 +138,7 @@ def test_the_command_prints_json_with_each_question_and_the_summary(cards, tmp_p
     assert q3["recall"] == 0.0 and q3["reciprocal_rank"] == 0.0
     assert data["questions"][7]["false_result"] is True and "found" not in data["questions"][7]
     summary = data["summary"]
-    assert summary["k"] == 1 and summary["recall@1"] == 0.5 and summary["hit@1"] == 0.6 and summary["mrr"] == 0.6
+    assert summary["k"] == 1 and summary["recall_at_k"] == 0.5 and summary["hit_at_k"] == 0.6 and summary["mrr"] == 0.6
     assert summary["false_results"] == 1 and summary["false_result_rate"] == 0.3333
     assert summary["p50_ms"] > 0 and summary["p99_ms"] >= summary["p50_ms"]
 
@@ -179,7 +179,7 @@ def test_a_file_with_only_no_answer_questions_has_no_recall(make_card, tmp_path)
     lines = _evaluate(str(path)).splitlines()
     assert lines[0] == "1  " + lines[0].split("  ")[1] + "  (nothing)  no-answer: nothing found"
     assert lines[1:3] == [
-        "1 questions: 0 with expected answers, 1 no-answer; limit 5",
+        "1 question: 0 with expected answers, 1 no-answer; limit 5",
         "recall@5 —  hit@5 —  MRR — (no question has expected answers)",
     ]
 
@@ -271,6 +271,6 @@ def test_with_embeddings_it_finds_a_cross_language_answer_as_the_tool_does(
     rows = [{"id": "tz", "user_id": "alice", "agent_name": "coder", "query": "时区", "expected_fact_ids": [card.id]}]
     data = json.loads(_evaluate(str(_write(tmp_path / "q.jsonl", rows)), "--json"))
     assert data["questions"][0]["found"]["facts"] == {card.id: 1}
-    assert data["summary"]["recall@5"] == 1.0
+    assert data["summary"]["recall_at_k"] == 1.0
     tool = json.loads(memory_search_json("时区", user_id="alice", agent_name="coder"))
     assert data["questions"][0]["results"] == [row["id"] for row in tool]
