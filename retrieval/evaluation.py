@@ -85,7 +85,9 @@ class Outcome:
 
     question: Question
     fact_ids: tuple[str, ...]
-    message_ids: tuple[str, ...]  # "" for a card with no source message
+    # The source message of each ranked fact, "" when it has none; looked up only for
+    # questions that expect messages.
+    message_ids: tuple[str, ...]
     ms: float
 
     def fact_ranks(self, k: int | None = None) -> dict[str, int | None]:
@@ -122,8 +124,8 @@ class Outcome:
         }
         if question.answerable:
             data["found"] = {"facts": self.fact_ranks(), "messages": self.message_ranks()}
-            data["recall"] = self.recall()
-            data["reciprocal_rank"] = self.reciprocal_rank()
+            data["recall"] = round(self.recall() or 0.0, 4)
+            data["reciprocal_rank"] = round(self.reciprocal_rank() or 0.0, 4)
         else:
             data["false_result"] = bool(self.fact_ids)
         return data
