@@ -81,7 +81,9 @@ def test_mcp_gives_the_same_words_in_the_context_and_in_search(facts: dict[str, 
 
     async def main() -> tuple[Any, Any]:
         async with McpClient(build_server(lambda ctx: identity)) as c:
-            return await c.call_tool("memory_context", {}), await c.call_tool("memory_search", {"query": "bold headings"})
+            return await c.call_tool("memory_context", {}), await c.call_tool(
+                "memory_search", {"query": "bold headings"}
+            )
 
     context, search = asyncio.run(main())
     for text in WORDS:
@@ -106,4 +108,3 @@ def _runtime() -> Any:
         config = {"configurable": {"thread_id": "t1"}}
 
     return Runtime()
-

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('facts', '0009_cardchange'),
+        ("facts", "0009_cardchange"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='candidate',
-            name='said_at',
+            model_name="candidate",
+            name="said_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
     ]
