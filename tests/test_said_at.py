@@ -413,3 +413,24 @@ def test_a_fact_said_when_it_was_written_shows_one_time(viewer_client: Client, t
     detail = viewer_client.get(f"/facts/{the_card().id}/").content.decode()
     said = detail[detail.index('id="said-at"') :]
     assert "dated from its conversation" not in said[: said.index("</dd>")]
+
+
+def test_the_candidate_page_says_an_older_backfill_would_not_replace_the_live_card(
+    viewer_client: Client, tmp_path: Path, settings: Any
+) -> None:
+    ingest(tmp_path, replayed(thread_id="new", created_at="2025-06-01T00:00:00Z"))
+    settings.MEMORY_REVIEW_MODE = "manual"
+    english = "以后请用英文回答技术问题。"
+    older = replayed(
+        thread_id="old",
+        created_at="2021-06-01T00:00:00Z",
+        messages=[{"id": "u1", "role": "user", "content": english}],
+        model_output={
+            "facts": [fact_candidate(content="用户偏好用英文回答技术问题。", evidence_text="以后请用英文回答技术问题")]
+        },
+    )
+    ingest(tmp_path, older)
+    pending = Candidate.objects.get(thread_id="old")
+    assert pending.review_state == "pending" and pending.reasons == []
+    page = viewer_client.get(f"/review/{pending.pk}/").content.decode()
+    assert "said 2025-06-01 — said after this candidate: approval files this one as history" in page
