@@ -1,4 +1,4 @@
-"""The auto-loaded memory block (article §6, DESIGN.md §6).
+"""The auto-loaded memory block (docs/design.md §9).
 
 Profile first (readable sections of memory.json, not raw JSON), then facts: the
 ``correction`` facts from their own budget, then the rest, each queue by confidence;
