@@ -1,4 +1,4 @@
-"""The extraction model behind one thin seam (STYLE.md §7).
+"""The extraction model behind one thin seam (CONTRIBUTING.md, "How the code should feel").
 
 `extract(rows, profile=…, existing_facts=…)` sends the filtered conversation to any
 OpenAI-compatible server through `ChatOpenAI(...).with_structured_output(MemoryUpdate)`
