@@ -192,6 +192,8 @@ def zh_object(raw: str) -> str | None:
     x = clean(_ZH_CUT.sub("", "，".join(kept)))
     if len(x) < 2 or _ZH_CLAUSE_START.match(x) or len(x) > MAX_ZH_OBJECT_CHARS:
         return None
+    if re.search(r"(?:的)?时(?:候)?$|之后$|以后$|之前$", x):
+        return None  # "我在学习函数的概念时，…": when something happens, not what the user does
     # "电影中传递出的情感", "书里的角色": a thing inside a work the fact does not name
     if re.search(r"(?:电影|影片|书|小说|歌|曲子|剧|节目|故事|游戏|画|文章|课|展览)(?:中|里)", x) and "《" not in x:
         return None
