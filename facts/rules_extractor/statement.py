@@ -134,14 +134,16 @@ def en_object(raw: str) -> str | None:
     if re.match(r"^it (?:when|whenever|if)\b", x, _I):
         # "I like it when you show an example first": about how to work with the user
         rest = re.sub(r"^it (?:when|whenever|if)\s+", "", x, flags=_I)
-        if not rest or _EN_OUTSIDE.search(re.sub(r"\byou(?:r)?\b", "", rest, flags=_I)):
-            return None
+        without_you = re.sub(r"\byou(?:r)?\b", "", rest, flags=_I)
+        if not rest or _EN_OUTSIDE.search(without_you) or dangling_words("User likes " + without_you):
+            return None  # "I hate it when that happens"
         return x
     x = clean(_EN_CUT.sub("", x))
     # "…, sadly", "…, lol": the speaker's aside, not part of the fact
     x = clean(
         re.sub(
-            r",\s*(?:sadly|unfortunately|honestly|actually|though|anyway|lol|haha|tbh|really)$|(?:,\s*|\s+)(?:too|as well)$",
+            r",\s*(?:sadly|unfortunately|honestly|actually|though|anyway|tbh|really)$|"
+            r"(?:,\s*|\s+)(?:too|as well|lol|lmao|haha+|hehe)$",
             "",
             x,
             flags=_I,
@@ -158,6 +160,12 @@ def en_object(raw: str) -> str | None:
         return None
     # "the N" alone ("the interview", "the actors and the plot") is a thing of the
     # conversation; "the dark theme", "the art style of the Renaissance" say which.
+    if re.match(
+        r"^the (?:first|second|third|fourth|last|other|next|previous|former|latter|same|above|following|original|new|old)\b",
+        x,
+        _I,
+    ):
+        return None  # "the second option": one of the things just shown
     m = re.match(r"^the\s+(?P<noun>[\w'-]+)(?:$|\s+(?:and|or|especially|most|a lot)\b)", x, _I)
     if m and m["noun"].lower() not in _EN_GENERIC_THE and not m["noun"][:1].isupper():
         return None
