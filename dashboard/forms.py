@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.urls import reverse_lazy
 
-from facts import tenancy
+from facts import manual, tenancy
 from facts.enums import PROFILE_SECTIONS, CardStatus, Category, choices
 from facts.errors import InvalidId
 from facts.gate import REASON_CODES
@@ -135,6 +135,44 @@ class CorrectForm(forms.Form):
         return self.cleaned_data["key"].strip()
 
 
+class AddFactForm(forms.Form):
+    """A fact written by hand: whose (a user × agent, or a project), its key, category
+    and content, checked by `facts.manual.check` (the agents' doors' rules)."""
+
+    scope = forms.ChoiceField(
+        choices=[("user", "A user (with one agent)"), ("project", "A project (every member's agents)")],
+        initial="user",
+        widget=forms.RadioSelect,
+    )
+    user = forms.CharField(required=False, max_length=400, strip=False, widget=UserPicker, label="User id")
+    agent = forms.CharField(
+        required=False, max_length=200, widget=AgentPicker, label="Agent", help_text="empty: the default agent"
+    )
+    project = forms.CharField(required=False, max_length=400, strip=False, label="Project id")
+    key = forms.CharField(max_length=400, label="Key", help_text="e.g. response_language")
+    category = forms.ChoiceField(choices=choices(Category), initial=Category.PREFERENCE)
+    content = forms.CharField(max_length=4000, strip=False, widget=forms.Textarea(attrs={"rows": 3}))
+    reason = forms.CharField(required=False, max_length=2000, label="Why (kept in the audit log)")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if self.errors:
+            return data
+        try:
+            data["fact"] = manual.check(
+                scope=data["scope"],
+                user_id=data.get("user", ""),
+                agent_name=data.get("agent", ""),
+                project_id=data.get("project", ""),
+                key=data["key"],
+                category=data["category"],
+                content=data["content"],
+            )
+        except manual.ManualFactError as exc:
+            self.add_error(exc.field if exc.field in self.fields else None, exc.message)
+        return data
+
+
 class ExpireForm(OptionalReasonForm):
     at = forms.DateTimeField(
         required=False,
@@ -220,11 +258,29 @@ class BulkForm(CandidateFilters):
         return data
 
 
-class ProfileSectionForm(forms.Form):
-    section = forms.ChoiceField(choices=[(s, s) for s in PROFILE_SECTIONS])
-    summary = forms.CharField(required=False, max_length=10000, widget=forms.Textarea(attrs={"rows": 3}))
+class ProfileForm(forms.Form):
+    """Every section of one profile in one form: Save writes each section whose text
+    differs from the profile it was shown, as one new version, so text typed in one
+    section is never dropped by saving another (issue 37)."""
+
+    user = forms.CharField(max_length=200, widget=forms.HiddenInput)
     revision = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
-    reason = forms.CharField(required=False, max_length=2000)
+    reason = forms.CharField(required=False, max_length=2000, label="Why")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in PROFILE_SECTIONS:
+            self.fields[name] = forms.CharField(
+                required=False, max_length=10000, widget=forms.Textarea(attrs={"rows": 3})
+            )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        for name in PROFILE_SECTIONS:
+            if name in data:
+                # A browser sends a textarea's line breaks as CRLF; the file keeps "\n".
+                data[name] = data[name].replace("\r\n", "\n").replace("\r", "\n")
+        return data
 
 
 def clean_person(value: str) -> str:

@@ -28,6 +28,7 @@ from .views import (
 urlpatterns = [
     path("", overview.overview, name="overview"),
     path("facts/", facts.fact_list, name="fact_list"),
+    path("facts/add/", facts.fact_add, name="fact_add"),  # before facts/<id>/ ("add" is no fact id)
     path("facts/<str:fact_id>/", facts.fact_detail, name="fact_detail"),
     path("facts/<str:fact_id>/correct/", facts.fact_correct, name="fact_correct"),
     path("facts/<str:fact_id>/expire/", facts.fact_expire, name="fact_expire"),

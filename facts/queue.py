@@ -70,6 +70,7 @@ def record_turn(
     project_id: Any = None,
     messages: Any,
     flush: bool = False,
+    created_at: Any = None,
 ) -> Receipt:
     """Validate a turn, store it durably and schedule its extraction (`queue_turn`).
 
@@ -77,7 +78,12 @@ def record_turn(
     of them, for a project of another tenant).
     """
     turn = clean_turn(
-        user_id=user_id, agent_name=agent_name, thread_id=thread_id, project_id=project_id, messages=messages
+        user_id=user_id,
+        agent_name=agent_name,
+        thread_id=thread_id,
+        project_id=project_id,
+        messages=messages,
+        created_at=created_at,
     )
     return queue_turn(turn, flush=flush)
 

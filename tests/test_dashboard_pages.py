@@ -75,14 +75,7 @@ def test_profiles_list_and_page_show_every_section(viewer_client: Client) -> Non
 def edit(client: Client, section: str, summary: str, revision: int, user: str = "alice"):
     return client.post(
         "/profiles/edit/",
-        {
-            "user": user,
-            "section_name": section,
-            f"{section}-section": section,
-            f"{section}-summary": summary,
-            f"{section}-revision": str(revision),
-            f"{section}-reason": "reviewed",
-        },
+        {"user": user, "revision": str(revision), "reason": "reviewed", section: summary},
     )
 
 

@@ -327,7 +327,7 @@ def test_only_admins_change_a_projects_tenant(shop_api: Any, reviewer_client: Cl
 
 
 def _migrate_existing_projects(store: Store) -> None:
-    module = importlib.import_module("facts.migrations.0010_project_tenancy")
+    module = importlib.import_module("facts.migrations.0012_project_tenancy")
     from django.apps import apps
 
     module.assign_tenants_from_history(apps, None)

@@ -58,7 +58,7 @@ def assign_tenants_from_history(apps: Any, schema_editor: Any) -> None:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("facts", "0009_cardchange"),
+        ("facts", "0011_audit_add_fact"),
     ]
 
     operations = [
@@ -87,6 +87,7 @@ class Migration(migrations.Migration):
                     ("import", "Import"),
                     ("team", "Team"),
                     ("project", "Project"),
+                    ("add_fact", "Add Fact"),
                 ],
                 max_length=32,
             ),
