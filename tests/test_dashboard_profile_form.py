@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from html import unescape
+from typing import Any
 
 import pytest
 from django.test import Client
@@ -16,8 +17,16 @@ from facts.enums import SourceKind
 from facts.models import AuditEvent, ProfileRevision
 from facts.profilefile import Profile, Section
 from facts.store import Store
+from facts.writer import save_card
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def alice_is_known(make_card: Any) -> None:
+    """Profiles are edited for people memory holds something about (issue 33): alice has a
+    fact, and no profile yet (revision 0)."""
+    save_card(make_card(user_id="alice"), actor="t")
 
 
 def textarea(html: str, name: str) -> str:
