@@ -12,7 +12,8 @@ from django.contrib.auth.models import User
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.urls import reverse_lazy
 
-from facts import manual, tenancy
+from facts import tenancy
+from facts.curation import manual
 from facts.enums import PROFILE_SECTIONS, CardStatus, Category, choices
 from facts.errors import InvalidId
 from facts.gate import REASON_CODES
@@ -137,7 +138,7 @@ class CorrectForm(forms.Form):
 
 class AddFactForm(forms.Form):
     """A fact written by hand: whose (a user × agent, or a project), its key, category
-    and content, checked by `facts.manual.check` (the agents' doors' rules)."""
+    and content, checked by `facts.curation.manual.check` (the agents' doors' rules)."""
 
     scope = forms.ChoiceField(
         choices=[("user", "A user (with one agent)"), ("project", "A project (every member's agents)")],

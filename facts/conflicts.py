@@ -3,8 +3,8 @@
 Two live cards collide when their keys are equal, or equal under the one key rule of the
 write side (`schemas.normalize_key`: case, spaces and hyphens), and a card is flagged
 when an accepted correction in its bucket has the same key. The dashboard lists what
-`find_conflicts` returns; `resolve` keeps one card and supersedes the others through
-`facts.writer`, like any change.
+`find_conflicts` returns; resolving one (keep a card, supersede the others) is a
+curator's change, `facts.curation.cards.resolve_conflict`.
 """
 
 from __future__ import annotations
@@ -14,12 +14,9 @@ from dataclasses import dataclass
 
 from django.db.models import Count
 
-from . import writer
-from .cardfile import now_utc
 from .enums import CardStatus, Category
 from .models import FactCard
 from .schemas import normalize_key
-from .store import get_store
 
 
 @dataclass
@@ -83,22 +80,3 @@ def find_conflicts(limit: int = 100) -> list[Conflict]:
         scope = f"{user_id} × {agent_name}" if user_id else f"project {project_id}"
         out.append(Conflict(scope, user_id, agent_name, project_id, nk, kind, rows))
     return out[:limit]
-
-
-def resolve(keep: FactCard, others: list[FactCard], *, actor: str, reason: str) -> int:
-    """Keep one card; the live ones among `others` are superseded by it (their history
-    stays browsable). One commit: a revision conflict changes nothing. Returns how many
-    cards were superseded."""
-    if any(row.bucket != keep.bucket for row in others):
-        raise ValueError("cards of another scope")
-    store = get_store()
-    puts = []
-    for row in others:
-        card = store.read_card(row.bucket, row.id)
-        if card is not None and card.status == CardStatus.ACTIVE:
-            updated = card.model_copy(
-                update={"status": CardStatus.SUPERSEDED, "superseded_by": keep.id, "updated_at": now_utc()}
-            )
-            puts.append(writer.Put(updated, card.revision))
-    writer.commit(puts, actor=actor, reason=reason)
-    return len(puts)

@@ -25,13 +25,13 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from facts import audit, injections, tenancy, writer
-from facts.cardfile import now_utc
+from facts import injections, tenancy
+from facts.curation import cards
 from facts.enums import CardStatus
 from facts.errors import InvalidId
 from facts.ids import check_fact_id, normalize_agent
 from facts.injections import Served
-from facts.models import AuditEvent, Candidate, FactCard, FactUsage, Injection, Turn
+from facts.models import Candidate, FactCard, FactUsage, Injection, Turn
 from facts.queue import queue_turn
 from facts.turns import CleanTurn
 from retrieval.render import render_context
@@ -297,8 +297,8 @@ def list_facts(scope: Scope, *, category: str | None = None, limit: int = 50) ->
 
 
 def expire_fact(scope: Scope, fact_id: str, *, actor: str, reason: str) -> dict[str, Any]:
-    """Expire one active card of the user × agent now, through the one write function,
-    and audit it as the dashboard's "expire" does. Never deletes: the card stays
+    """Expire one active card of the user × agent now: the dashboard's verb
+    (`facts.curation.cards.expire`), written and audited the same way. Never deletes: the card stays
     browsable and a reviewer can restore it. Project cards are shared by every user of
     the project, so one user's agent cannot expire them.
 
@@ -314,23 +314,9 @@ def expire_fact(scope: Scope, fact_id: str, *, actor: str, reason: str) -> dict[
         raise UnknownFact(fact_id)
     if row.status != CardStatus.ACTIVE:
         raise ValueError(f"{fact_id} is already {row.status}")
-    at = now_utc()
-
-    def change(card: Any) -> Any:
-        return card.model_copy(update={"status": CardStatus.EXPIRED, "expires_at": at})
-
-    card = writer.update_card(row.bucket, row.id, change, actor=actor, reason=reason)
-    audit.record(
-        actor[:150],
-        AuditEvent.Action.EXPIRE,
-        target=row.id,
-        user_id=row.user_id,
-        agent_name=row.agent_name,
-        reason=reason,
-        revision=card.revision,
-        at="now",
-    )
-    return {"id": card.id, "status": str(card.status), "expires_at": at.isoformat(), "revision": card.revision}
+    card = cards.expire(row, actor=actor, reason=reason).card
+    expires_at = card.expires_at.isoformat() if card.expires_at else None
+    return {"id": card.id, "status": str(card.status), "expires_at": expires_at, "revision": card.revision}
 
 
 def turn_outcome(turn_ids: Sequence[int]) -> dict[str, Any]:

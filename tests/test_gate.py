@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from facts import gate, review, runs
+from facts import gate, runs
+from facts.curation import review
 from facts.filtering import Row
 from facts.models import AuditEvent, Candidate, ExtractionRun, FactCard
 from facts.schemas import FactCandidate, SummaryCandidate, parse_update

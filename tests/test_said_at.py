@@ -18,12 +18,12 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from langchain_core.messages import AIMessage, HumanMessage
 
+from facts.curation.review import apply_candidate
 from facts.enums import CardStatus
 from facts.models import Candidate, ExtractionRun, FactCard, Turn
 from facts.pipeline import run_turns_now
 from facts.portability import importer
 from facts.portability.export import export_user
-from facts.review import apply_candidate
 from facts.store import Store
 from facts.turns import FUTURE_TOLERANCE, TurnRejected, clean_said_at, clean_turn
 from memoryadmin.client import LocalMemory, MemoryClient

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.confirm import confirm_first
 from dashboard.forms import AgentSettingsForm, ApiKeyForm
-from dashboard.helpers import audit
+from dashboard.helpers import audit, flash_errors
 from facts.access import ADMINISTER
 from facts.models import AuditEvent, FactCard
 from memoryadmin.models import ApiKey
@@ -88,7 +88,7 @@ def agent_settings(request: HttpRequest) -> HttpResponse:
         # Only a query string: `back` never names another page or site.
         target = reverse("context_preview") + ("?" + back if back and not back.startswith(("/", "http")) else "")
     if not form.is_valid():
-        messages.error(request, "Not saved: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+        flash_errors(request, "Not saved:", form)
         return redirect(target)
     row = store_agent_settings(request, form.cleaned_data)
     messages.success(
@@ -104,7 +104,7 @@ def agent_settings(request: HttpRequest) -> HttpResponse:
 def api_key_create(request: HttpRequest) -> HttpResponse:
     form = ApiKeyForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "No key created: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+        flash_errors(request, "No key created:", form)
         return redirect("agents")
     key, raw = ApiKey.issue(
         form.cleaned_data["name"],

@@ -15,13 +15,14 @@ from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.confirm import confirm_first
 from dashboard.forms import ResolveForm
-from dashboard.helpers import actor_of, audit, changed, fact_or_404
+from dashboard.helpers import actor_of, changed, fact_or_404
 from dashboard.views.overview import COUNTS_CACHE_SECONDS, counts_version
 from facts.access import CURATE
-from facts.conflicts import Conflict, find_conflicts, resolve
+from facts.conflicts import Conflict, find_conflicts
+from facts.curation import cards
 from facts.enums import CardStatus
 from facts.errors import RevisionConflict
-from facts.models import AuditEvent, FactCard
+from facts.models import FactCard
 
 
 def cached_conflicts() -> tuple[list[Conflict], list[FactCard]]:
@@ -70,18 +71,9 @@ def resolve_conflict(request: HttpRequest) -> HttpResponse:
         return asked
     reason = form.cleaned_data.get("reason") or f"conflict resolved in favour of {keep.id}"
     try:
-        superseded = resolve(keep, others, actor=actor_of(request), reason=reason)
+        superseded = cards.resolve_conflict(keep, others, actor=actor_of(request), reason=reason)
     except RevisionConflict as exc:
         messages.error(request, f"Nothing was changed: {exc}")
         return redirect("conflicts")
-    audit(
-        request,
-        AuditEvent.Action.RESOLVE,
-        target=keep.id,
-        user_id=keep.user_id,
-        agent_name=keep.agent_name,
-        reason=reason,
-        superseded=[r.id for r in others],
-    )
     messages.success(request, f"Kept {keep.id}; {superseded} card(s) superseded.")
     return changed(redirect("conflicts"))

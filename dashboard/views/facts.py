@@ -2,14 +2,14 @@
 superseded chain, evidence in its conversation) and the curator's actions on one card
 (correct, expire, restore, review-by, revert, delete).
 
-Every change goes through `facts.writer`; every change is recorded as an `AuditEvent`.
+Every change is a verb of `facts.curation` (the write through `facts.writer` and its
+`AuditEvent`); these views only check forms and say how it went.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,23 +35,22 @@ from dashboard.forms import (
 )
 from dashboard.helpers import (
     actor_of,
-    audit,
     changed,
     diff_lines,
     fact_in_scope,
     fact_or_404,
+    flash_errors,
     page_of,
     query_without_page,
     said_at_of,
     scope_label,
 )
-from facts import manual, writer
 from facts.access import ADMINISTER, CURATE
-from facts.cardfile import Card, now_utc, parse_card
-from facts.enums import CardStatus, Category
+from facts.cardfile import Card, parse_card
+from facts.curation import cards, manual
 from facts.errors import CardParseError, InvalidId, LockTimeout, RevisionConflict
 from facts.injections import last_injected
-from facts.models import AuditEvent, ExtractionRun, FactCard, FactRevision, FactUsage
+from facts.models import ExtractionRun, FactCard, FactRevision, FactUsage
 from facts.store import get_store
 from retrieval.search import search
 
@@ -308,39 +307,20 @@ def evidence_row(run: ExtractionRun, message_id: str, evidence: str) -> dict[str
 
 
 # --- fact actions -------------------------------------------------------------------
+# Each action is a verb of `facts.curation.cards` (the write and its audit); the view
+# checks the form, names the actor and says how it went.
+
+CHANGE_ERRORS = (RevisionConflict, CardParseError, InvalidId, ValueError)
 
 
-def apply_change(
-    request: HttpRequest,
-    row: FactCard,
-    change: Callable[[Card], Card],
-    *,
-    action: str,
-    reason: str,
-    done: str,
-    expected_revision: int | None = None,
-    **details: Any,
-) -> HttpResponse:
-    try:
-        card = writer.update_card(
-            row.bucket, row.id, change, actor=actor_of(request), reason=reason, expected_revision=expected_revision
-        )
-    except (RevisionConflict, CardParseError, InvalidId, ValueError) as exc:
-        messages.error(request, f"Nothing was changed: {exc}")
-        return redirect("fact_detail", fact_id=row.id)
-    audit(
-        request,
-        action,
-        target=row.id,
-        user_id=row.user_id,
-        agent_name=row.agent_name,
-        reason=reason,
-        revision=card.revision,
-        **details,
-    )
-    messages.success(request, done)
-    response = redirect("fact_detail", fact_id=row.id)
-    return changed(response)
+def done(request: HttpRequest, row: FactCard, text: str) -> HttpResponse:
+    messages.success(request, text)
+    return changed(redirect("fact_detail", fact_id=row.id))
+
+
+def not_changed(request: HttpRequest, row: FactCard, exc: Exception) -> HttpResponse:
+    messages.error(request, f"Nothing was changed: {exc}")
+    return redirect("fact_detail", fact_id=row.id)
 
 
 @login_required
@@ -350,29 +330,23 @@ def fact_correct(request: HttpRequest, fact_id: str) -> HttpResponse:
     row = fact_in_scope(request, fact_id)
     form = CorrectForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "Not corrected: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+        flash_errors(request, "Not corrected:", form)
         return redirect("fact_detail", fact_id=row.id)
     data = form.cleaned_data
-
-    def change(card: Card) -> Card:
-        return card.model_copy(
-            update={
-                "content": data["content"],
-                "key": data["key"],
-                "category": Category(data["category"]),
-                "confidence": data["confidence"],
-            }
+    try:
+        cards.correct(
+            row,
+            actor=actor_of(request),
+            reason=data["reason"],
+            content=data["content"],
+            key=data["key"],
+            category=data["category"],
+            confidence=data["confidence"],
+            expected_revision=data.get("revision"),
         )
-
-    return apply_change(
-        request,
-        row,
-        change,
-        action=AuditEvent.Action.CORRECT,
-        reason=data["reason"],
-        done="Corrected: a new revision was written.",
-        expected_revision=data.get("revision"),
-    )
+    except CHANGE_ERRORS as exc:
+        return not_changed(request, row, exc)
+    return done(request, row, "Corrected: a new revision was written.")
 
 
 @login_required
@@ -384,26 +358,13 @@ def fact_expire(request: HttpRequest, fact_id: str) -> HttpResponse:
     if not form.is_valid():
         messages.error(request, "Not expired: check the date.")
         return redirect("fact_detail", fact_id=row.id)
-    at = form.cleaned_data.get("at")
-    now = now_utc()
-    if at is not None and at.tzinfo is None:
-        at = at.replace(tzinfo=UTC)
-
-    def change(card: Card) -> Card:
-        if at is None or at <= now:
-            return card.model_copy(update={"status": CardStatus.EXPIRED, "expires_at": at or now})
-        return card.model_copy(update={"expires_at": at})
-
-    when = "now" if at is None or at <= now else at.isoformat()
-    return apply_change(
-        request,
-        row,
-        change,
-        action=AuditEvent.Action.EXPIRE,
-        reason=form.cleaned_data["reason"],
-        done=f"Expires {when}.",
-        at=when,
-    )
+    try:
+        expired = cards.expire(
+            row, actor=actor_of(request), reason=form.cleaned_data["reason"], at=form.cleaned_data.get("at")
+        )
+    except CHANGE_ERRORS as exc:
+        return not_changed(request, row, exc)
+    return done(request, row, f"Expires {expired.when}.")
 
 
 @login_required
@@ -413,18 +374,11 @@ def fact_restore(request: HttpRequest, fact_id: str) -> HttpResponse:
     row = fact_in_scope(request, fact_id)
     form = OptionalReasonForm(request.POST)
     form.is_valid()
-
-    def change(card: Card) -> Card:
-        return card.model_copy(update={"status": CardStatus.ACTIVE, "expires_at": None, "superseded_by": None})
-
-    return apply_change(
-        request,
-        row,
-        change,
-        action=AuditEvent.Action.RESTORE,
-        reason=form.cleaned_data.get("reason", ""),
-        done="Restored: the card is active again.",
-    )
+    try:
+        cards.restore(row, actor=actor_of(request), reason=form.cleaned_data.get("reason", ""))
+    except CHANGE_ERRORS as exc:
+        return not_changed(request, row, exc)
+    return done(request, row, "Restored: the card is active again.")
 
 
 @login_required
@@ -437,20 +391,11 @@ def fact_review_by(request: HttpRequest, fact_id: str) -> HttpResponse:
         messages.error(request, "Not saved: check the date.")
         return redirect("fact_detail", fact_id=row.id)
     day = form.cleaned_data.get("review_by")
-    at = datetime(day.year, day.month, day.day, tzinfo=UTC) if day else None
-
-    def change(card: Card) -> Card:
-        return card.model_copy(update={"review_by": at})
-
-    return apply_change(
-        request,
-        row,
-        change,
-        action=AuditEvent.Action.REVIEW_BY,
-        reason=form.cleaned_data.get("reason", ""),
-        done=f"Review-by date {'set to ' + day.isoformat() if day else 'cleared'}.",
-        review_by=day.isoformat() if day else None,
-    )
+    try:
+        cards.set_review_by(row, actor=actor_of(request), reason=form.cleaned_data.get("reason", ""), day=day)
+    except CHANGE_ERRORS as exc:
+        return not_changed(request, row, exc)
+    return done(request, row, f"Review-by date {'set to ' + day.isoformat() if day else 'cleared'}.")
 
 
 @login_required
@@ -458,11 +403,10 @@ def fact_review_by(request: HttpRequest, fact_id: str) -> HttpResponse:
 @require_POST
 def fact_revert(request: HttpRequest, fact_id: str, revision: int) -> HttpResponse:
     row = fact_in_scope(request, fact_id)
-    old = FactRevision.objects.filter(fact_id=row.id, revision=revision).first()
-    if old is None:
-        raise Http404("no such revision")
     try:
-        target = parse_card(old.text, Path(row.path))
+        target = cards.card_at_revision(row, revision)
+    except cards.UnknownRevision:
+        raise Http404("no such revision") from None
     except CardParseError as exc:
         messages.error(request, f"Revision {revision} cannot be read: {exc.message}")
         return redirect("fact_detail", fact_id=row.id)
@@ -478,36 +422,11 @@ def fact_revert(request: HttpRequest, fact_id: str, revision: int) -> HttpRespon
     form = OptionalReasonForm(request.POST)
     form.is_valid()
     reason = form.cleaned_data.get("reason") or f"revert to revision {revision}"
-
-    def change(card: Card) -> Card:
-        keep = {"id": card.id, "revision": card.revision, "created_at": card.created_at, "updated_at": card.updated_at}
-        return target.model_copy(update=keep)
-
-    return apply_change(
-        request,
-        row,
-        change,
-        action=AuditEvent.Action.REVERT,
-        reason=reason,
-        done=f"Reverted to revision {revision}.",
-        to_revision=revision,
-    )
-
-
-def erase(request: HttpRequest, rows: Iterable[FactCard], *, reason: str) -> int:
-    """Delete cards for good: files, mirror rows and their stored revisions (the text)."""
-    store = get_store()
-    ops = []
-    for row in rows:
-        card = store.read_card(row.bucket, row.id)
-        if card is not None:
-            ops.append(writer.Delete(card))
-    result = writer.commit(ops, actor=actor_of(request), reason=reason)
-    ids = [row.id for row in rows]
-    FactRevision.objects.filter(fact_id__in=ids).delete()
-    # A mirror row without a file (drift) goes too.
-    FactCard.objects.filter(id__in=ids).delete()
-    return max(len(result.deleted), len(ids))
+    try:
+        cards.revert(row, revision, actor=actor_of(request), reason=reason)
+    except (*CHANGE_ERRORS, cards.UnknownRevision) as exc:
+        return not_changed(request, row, exc)
+    return done(request, row, f"Reverted to revision {revision}.")
 
 
 @login_required
@@ -522,18 +441,6 @@ def fact_delete(request: HttpRequest, fact_id: str) -> HttpResponse:
     if not form.is_valid() or form.cleaned_data["confirm"].strip() != row.id:
         messages.error(request, "Type the fact id to confirm the deletion.")
         return redirect("fact_delete", fact_id=row.id)
-    reason = form.cleaned_data.get("reason", "")
-    erase(request, [row], reason=reason)
-    # The audit keeps that it happened and where, never the content.
-    audit(
-        request,
-        AuditEvent.Action.DELETE,
-        target=row.id,
-        user_id=row.user_id,
-        agent_name=row.agent_name,
-        reason=reason,
-        project_id=row.project_id,
-        key=row.key,
-    )
+    cards.delete_for_good([row], actor=actor_of(request), reason=form.cleaned_data.get("reason", ""))
     messages.success(request, f"{row.id} was deleted permanently.")
     return changed(redirect("fact_list"))

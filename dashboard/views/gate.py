@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.forms import AgreementFilters, BacktestForm, InjectionsForm, ThresholdForm, day_end, day_start
-from dashboard.helpers import actor_of
+from dashboard.helpers import actor_of, flash_errors
 from dashboard.views.review import filtered_candidates, with_reason
 from facts.access import ADMINISTER
 from facts.backtest import apply_threshold, backtest
@@ -159,7 +159,7 @@ def gate_backtest(request: HttpRequest) -> HttpResponse:
 def gate_threshold(request: HttpRequest) -> HttpResponse:
     form = ThresholdForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "Not applied: " + " ".join(e for errs in form.errors.values() for e in errs))
+        flash_errors(request, "Not applied:", form, label=None)
         return redirect("gate_overview")
     before = apply_threshold(
         form.cleaned_data["threshold"], actor=actor_of(request), reason=form.cleaned_data["reason"]

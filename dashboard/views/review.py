@@ -1,5 +1,6 @@
 """The review queue: candidates with their verdicts, evidence in its conversation, and
-the reviewer's approve / correct-and-approve / dismiss (single and bulk)."""
+the reviewer's approve / correct-and-approve / dismiss (single and bulk). The decisions,
+and which candidates may be reviewed, are `facts.curation.review`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -28,14 +29,21 @@ from dashboard.forms import (
     day_end,
     day_start,
 )
-from dashboard.helpers import actor_of, changed, page_of, query_without_page, said_at_of
+from dashboard.helpers import actor_of, changed, flash_errors, page_of, query_without_page, said_at_of
 from dashboard.labels import REASON_HELP
 from dashboard.views.overview import open_candidates
 from facts.access import CURATE
+from facts.curation.review import (
+    REVIEWABLE,
+    apply_candidate,
+    dismiss_candidate,
+    is_reviewable,
+    not_reviewable_reason,
+    restore_candidate,
+)
 from facts.enums import CardStatus
 from facts.errors import LockTimeout, RevisionConflict
 from facts.models import Candidate, FactCard
-from facts.review import apply_candidate, dismiss_candidate, restore_candidate
 
 BULK_LIMIT = 500
 REVIEWED = (Candidate.ReviewState.APPROVED, Candidate.ReviewState.DISMISSED)
@@ -195,24 +203,6 @@ def candidate_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "facts/candidate.html", ctx)
 
 
-def is_reviewable(candidate: Candidate) -> bool:
-    return candidate.review_state == Candidate.ReviewState.PENDING or (
-        candidate.verdict == Candidate.Verdict.REJECTED and candidate.review_state == Candidate.ReviewState.NONE
-    )
-
-
-REVIEWABLE = Q(review_state=Candidate.ReviewState.PENDING) | Q(
-    verdict=Candidate.Verdict.REJECTED, review_state=Candidate.ReviewState.NONE
-)
-
-
-def not_reviewable_reason(candidate: Candidate) -> str:
-    """Why approve/dismiss is refused, in the same words as the candidate's badge."""
-    if candidate.review_state == Candidate.ReviewState.NONE:
-        return "The gate accepted this candidate and wrote it already: there is nothing to approve or dismiss."
-    return f"This candidate was already {candidate.review_state} by a reviewer."
-
-
 def back(request: HttpRequest, default: str) -> str:
     target = request.POST.get("next", "")
     if target and url_has_allowed_host_and_scheme(target, {request.get_host()}):
@@ -319,7 +309,7 @@ def selected_review(request: HttpRequest) -> HttpResponse:
     form = SelectedForm(request.POST)
     queue = back(request, reverse("review_queue"))
     if not form.is_valid():
-        messages.error(request, "Nothing done: " + " ".join(e for errors in form.errors.values() for e in errors))
+        flash_errors(request, "Nothing done:", form, label=None)
         return redirect(queue)
     data = form.cleaned_data
     rows = list(Candidate.objects.filter(REVIEWABLE, pk__in=data["ids"]).select_related("run").order_by("pk"))

@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.forms import GoldenCheckForm, GoldenForm, SearchForm
+from dashboard.helpers import flash_errors
 from facts.access import CURATE
 from facts.errors import InvalidId
 from retrieval import search as searcher
@@ -60,7 +61,7 @@ def search_playground(request: HttpRequest) -> HttpResponse:
 def golden_save(request: HttpRequest) -> HttpResponse:
     form = GoldenForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "Not saved: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+        flash_errors(request, "Not saved:", form)
         return redirect("search_playground")
     data = form.cleaned_data
     golden = GoldenQuery.objects.create(
@@ -85,7 +86,7 @@ def golden_check(request: HttpRequest) -> HttpResponse:
     """Re-check one golden query (`pk` in the form) or every golden query of an agent."""
     form = GoldenCheckForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "Nothing checked: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+        flash_errors(request, "Nothing checked:", form)
         return redirect("search_playground")
     rows = GoldenQuery.objects.all()
     if form.cleaned_data.get("pk"):

@@ -12,14 +12,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .audit import record
-from .cardfile import Source, now_utc
-from .enums import Category, SourceKind
-from .models import AuditEvent
-from .plan import Plan, new_card
-from .schemas import FactCandidate, normalize_key
-from .store import Bucket, Store, get_store
-from .turns import TurnRejected, clean_agent, clean_id
+from facts.audit import record
+from facts.cardfile import Source, now_utc
+from facts.enums import Category, SourceKind
+from facts.models import AuditEvent
+from facts.plan import Plan, new_card
+from facts.schemas import FactCandidate, normalize_key
+from facts.store import Bucket, Store, get_store
+from facts.turns import TurnRejected, clean_agent, clean_id
 
 
 def _max_length(name: str) -> int:

@@ -1,9 +1,11 @@
-"""A reviewer's decisions on a candidate: approve, correct-and-approve, dismiss.
+"""A reviewer's decisions on a candidate: approve, correct-and-approve, dismiss, undo.
 
-The reviewer's judgement replaces the gate's, so the rules of `facts.gate` are not
-re-run; key replacement and "same content changes nothing" still hold (`facts.plan`).
-Each decision writes through `facts.writer`, records the review on the `Candidate`
-row and leaves an `AuditEvent`.
+Which candidates may be reviewed is decided here (`is_reviewable`, `REVIEWABLE`) and
+checked by every decision, whichever door asks: one waiting for a reviewer, or one the
+gate rejected that nobody has reviewed yet. The reviewer's judgement replaces the
+gate's, so the rules of `facts.gate` are not re-run; key replacement and "same content
+changes nothing" still hold (`facts.plan`). Each decision writes through
+`facts.writer`, records the review on the `Candidate` row and leaves an `AuditEvent`.
 """
 
 from __future__ import annotations
@@ -12,21 +14,52 @@ import math
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.db.models import Q
 from django.utils import timezone
 
-from . import audit, tenancy, writer
-from .cardfile import Source, now_utc
-from .enums import PROFILE_SECTIONS, Category, SourceKind
-from .gate import target_bucket
-from .models import AuditEvent, Candidate
-from .plan import Plan, new_card
-from .profilefile import Profile, Section
-from .schemas import Confirmation, normalize_key
-from .store import Bucket, Store, get_store
+from facts import audit, tenancy, writer
+from facts.cardfile import Source, now_utc
+from facts.enums import PROFILE_SECTIONS, Category, SourceKind
+from facts.gate import target_bucket
+from facts.models import AuditEvent, Candidate
+from facts.plan import Plan, new_card
+from facts.profilefile import Profile, Section
+from facts.schemas import Confirmation, normalize_key
+from facts.store import Bucket, Store, get_store
 
 
 class ReviewError(ValueError):
     """The candidate cannot be approved as it stands (say which field is wrong)."""
+
+
+class NotReviewable(ReviewError):
+    """The candidate is not open for review (the gate wrote it, or a reviewer decided)."""
+
+
+# The candidates a reviewer may approve or dismiss, as a query (`is_reviewable` for one).
+REVIEWABLE = Q(review_state=Candidate.ReviewState.PENDING) | Q(
+    verdict=Candidate.Verdict.REJECTED, review_state=Candidate.ReviewState.NONE
+)
+
+
+def is_reviewable(candidate: Candidate) -> bool:
+    """Waiting for a reviewer, or rejected by the gate and not reviewed yet."""
+    return candidate.review_state == Candidate.ReviewState.PENDING or (
+        candidate.verdict == Candidate.Verdict.REJECTED and candidate.review_state == Candidate.ReviewState.NONE
+    )
+
+
+def not_reviewable_reason(candidate: Candidate) -> str:
+    """Why approve/dismiss is refused, in the same words as the candidate's badge."""
+    if candidate.review_state == Candidate.ReviewState.NONE:
+        return "The gate accepted this candidate and wrote it already: there is nothing to approve or dismiss."
+    return f"This candidate was already {candidate.review_state} by a reviewer."
+
+
+def check_reviewable(candidate: Candidate) -> None:
+    """`NotReviewable`, saying why, unless the candidate is open for review."""
+    if not is_reviewable(candidate):
+        raise NotReviewable(not_reviewable_reason(candidate))
 
 
 _OVERRIDABLE = ("content", "key", "category", "confidence")
@@ -76,8 +109,9 @@ def apply_candidate(
 
     The reviewer's judgement replaces the gate's, so the rules are not re-run; key
     replacement and "same content changes nothing" still hold. Returns the fact id
-    (None for a profile summary).
+    (None for a profile summary). `NotReviewable` when it is not open for review.
     """
+    check_reviewable(candidate)
     store = store or get_store()
     overrides = overrides or {}
     at = now_utc()
@@ -163,6 +197,9 @@ def apply_candidate(
 
 
 def dismiss_candidate(candidate: Candidate, *, actor: str, note: str) -> None:
+    """A reviewer's dismiss: nothing is written, the review is recorded and audited
+    (with the state an undo puts back). `NotReviewable` when it is not open for review."""
+    check_reviewable(candidate)
     previous = candidate.review_state
     _record_review(candidate, Candidate.ReviewState.DISMISSED, actor=actor, note=note, fact_id=candidate.fact_id)
     audit.record(
