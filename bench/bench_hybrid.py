@@ -78,7 +78,7 @@ import json, resource, sys, time
 import django
 django.setup()
 from facts import mirror
-from facts.store import get_store
+from facts.storage.store import get_store
 from retrieval import index
 t = time.monotonic()
 snap = mirror.snapshot(get_store())

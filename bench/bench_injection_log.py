@@ -53,10 +53,10 @@ def main() -> None:
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0, interactive=False)
-        from facts.cardfile import Card, Source, now_utc
-        from facts.ids import new_fact_id
         from facts.models import Injection
-        from facts.writer import Put, commit
+        from facts.storage.cardfile import Card, Source, now_utc
+        from facts.storage.ids import new_fact_id
+        from facts.storage.writer import Put, commit
         from memoryadmin import api_service
 
         api_service._ensure_flusher = lambda: None  # type: ignore[assignment]

@@ -94,7 +94,7 @@ import json, resource, sys, time
 import django
 django.setup()
 from facts import mirror
-from facts.store import get_store
+from facts.storage.store import get_store
 from retrieval import index
 t = time.monotonic(); c = time.process_time()
 snap = mirror.snapshot(get_store())
@@ -215,7 +215,7 @@ def main() -> None:
     import django
 
     django.setup()
-    from facts.store import Bucket, get_store
+    from facts.storage.store import Bucket, get_store
     from retrieval import index
     from retrieval.render import render_context
     from retrieval.search import search

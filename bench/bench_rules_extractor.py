@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_rules_extractor.py [--repeat 20]
 
-Scores `facts/rules_extractor/` on the labelled snippets in
+Scores `facts/judging/rules_extractor/` on the labelled snippets in
 `tests/data/rules_extractor_eval.jsonl` (written for this project: short Chinese and
 English conversations with the facts a careful person would keep, and negatives that
 must keep nothing: one-off requests, grants to act, questions, the assistant's words,
@@ -39,7 +39,7 @@ def main() -> None:
     import django
 
     django.setup()
-    from facts.rules_extractor import extractor
+    from facts.judging.rules_extractor import extractor
     from tests.rules_eval import judge, load, rows_of, score
 
     snippets = load()

@@ -45,9 +45,9 @@ from bench.serving import free_port, percentile, wait_for  # noqa: E402
 SEED = """
 import sys
 from datetime import UTC, datetime
-from facts.cardfile import Card, Source
-from facts.ids import new_fact_id
-from facts.writer import Put, commit
+from facts.storage.cardfile import Card, Source
+from facts.storage.ids import new_fact_id
+from facts.storage.writer import Put, commit
 words = "tabs spaces python rust coffee tea notes folder editor vim emacs deploy friday".split()
 now = datetime(2026, 12, 1, tzinfo=UTC)
 cards = [Card(id=new_fact_id(), key=f"seed_{n}", category="context", confidence=0.8, user_id=f"u{n % 50}",

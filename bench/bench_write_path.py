@@ -73,7 +73,7 @@ def candidate(i: int, run: int, rng: random.Random) -> tuple[dict, str]:
 def warm_up() -> None:
     """Imports, jieba's dictionary, the index file and the first connection (not
     measured: a worker process pays them once, at start-up)."""
-    from facts.pipeline import run_turns_now
+    from facts.judging.pipeline import run_turns_now
     from retrieval.tokenize import warm
 
     warm()
@@ -134,9 +134,9 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
 
-    from facts import hooks
+    from facts.judging.pipeline import REPLAY_BATCH
     from facts.models import Candidate, FactCard
-    from facts.pipeline import REPLAY_BATCH
+    from facts.storage import hooks
 
     try:
         rng = random.Random(7)

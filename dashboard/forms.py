@@ -11,15 +11,16 @@ from django import forms
 from django.contrib.auth.models import User
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.urls import reverse_lazy
+from django.utils.functional import Promise
 
 from facts import tenancy
 from facts.curation import manual
 from facts.enums import PROFILE_SECTIONS, CardStatus, Category, choices
-from facts.errors import InvalidId
-from facts.gate import REASON_CODES
-from facts.ids import check_fact_id, normalize_agent
+from facts.intake.people import NoSuchPerson, PersonError, person_id
+from facts.judging.gate import REASON_CODES
 from facts.models import AuditEvent, Candidate, ExtractionRun
-from facts.people import NoSuchPerson, PersonError, person_id
+from facts.storage.errors import InvalidId
+from facts.storage.ids import check_fact_id, normalize_agent
 from memoryadmin.models import parse_user_patterns
 from retrieval.limits import SEARCH_LIMIT_DEFAULT, SEARCH_LIMIT_MAX, SEARCH_LIMIT_MIN
 
@@ -33,7 +34,7 @@ class Picker(forms.TextInput):
     select and push-url: a filter form's hx-* attributes are inherited otherwise."""
 
     template_name = "dashboard/widgets/picker.html"
-    endpoint = ""
+    endpoint: str | Promise = ""  # a URL, lazily reversed
 
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         context = super().get_context(name, value, attrs)
@@ -102,7 +103,8 @@ class FactFilters(ScopeFilters):
     page = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if data.get("q") and not (data.get("user") and data.get("agent")):
             self.add_error("q", "Text search runs in one scope, as an agent's search does: give a user and an agent.")
         return data
@@ -156,7 +158,8 @@ class AddFactForm(forms.Form):
     reason = forms.CharField(required=False, max_length=2000, label="Why (kept in the audit log)")
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if self.errors:
             return data
         try:
@@ -253,7 +256,8 @@ class BulkForm(CandidateFilters):
     expected = forms.IntegerField(required=False, min_value=0, widget=forms.HiddenInput)
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if data.get("confirm") and data.get("action") == "approve" and not (data.get("note") or "").strip():
             self.add_error("note", "Approving overrides the gate: write why.")
         return data
@@ -276,7 +280,8 @@ class ProfileForm(forms.Form):
             )
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         for name in PROFILE_SECTIONS:
             if name in data:
                 # A browser sends a textarea's line breaks as CRLF; the file keeps "\n".
@@ -285,7 +290,7 @@ class ProfileForm(forms.Form):
 
 
 def clean_person(value: str) -> str:
-    """A person's id as typed: someone memory holds something about (`facts.people`);
+    """A person's id as typed: someone memory holds something about (`facts.intake.people`);
     the error's code says which answer a page gives (``no_such_person``: 404)."""
     try:
         return person_id(value)
@@ -442,7 +447,8 @@ class AgentSettingsForm(forms.Form):
         return value
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if (
             data.get("correction_budget") is not None
             and data.get("budget") is not None
@@ -555,7 +561,8 @@ class SelectedForm(forms.Form):
     next = forms.CharField(required=False, max_length=2000)
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if data.get("action") == "approve" and not (data.get("note") or "").strip():
             self.add_error("note", "Approving overrides the gate: write why.")
         return data
@@ -614,7 +621,8 @@ class InjectionsForm(ScopeFilters):
     )
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if not data.get("user"):
             self.add_error("user", "Give the user whose agent you want to look at.")
         return data
@@ -637,7 +645,7 @@ class ProjectTenancyForm(forms.Form):
     reason = forms.CharField(required=False, max_length=2000)
 
     def clean_project(self) -> str:
-        from facts.turns import TurnRejected, clean_id
+        from facts.intake.turns import TurnRejected, clean_id
 
         try:
             return str(clean_id("project", self.cleaned_data["project"], required=True, allow_paths=False))

@@ -16,13 +16,22 @@ from django.contrib import messages
 from django.core.paginator import Page, Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django_htmx.http import trigger_client_event
+from django_htmx.middleware import HtmxDetails
 
 from facts.audit import record
-from facts.errors import InvalidId
-from facts.ids import check_fact_id
 from facts.models import AuditEvent, FactCard
+from facts.storage.errors import InvalidId
+from facts.storage.ids import check_fact_id
 
 PAGE_SIZE = 50
+
+
+class HtmxHttpRequest(HttpRequest):
+    """The request a view that answers htmx receives: django-htmx's middleware sets
+    `request.htmx` (truthy when htmx sent the request), as django-htmx documents for
+    type checking."""
+
+    htmx: HtmxDetails
 
 
 def actor_of(request: HttpRequest) -> str:

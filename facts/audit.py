@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .models import AuditEvent
+from facts.models import AuditEvent
 
 
 def record(

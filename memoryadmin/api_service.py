@@ -1,7 +1,7 @@
 """What the agents' front door does, shared by the HTTP views and the in-process
 `LocalMemory`, so both paths behave the same.
 
-It composes the write side (`facts.queue`, `facts.writer`) and the read side
+It composes the write side (`facts.intake.queue`, `facts.storage.writer`) and the read side
 (`retrieval.render`, `retrieval.search`) and owns neither.
 """
 
@@ -28,12 +28,12 @@ from django.utils import timezone
 from facts import injections, tenancy
 from facts.curation import cards
 from facts.enums import CardStatus
-from facts.errors import InvalidId
-from facts.ids import check_fact_id, normalize_agent
 from facts.injections import Served
+from facts.intake.queue import queue_turn
+from facts.intake.turns import CleanTurn
 from facts.models import Candidate, FactCard, FactUsage, Injection, Turn
-from facts.queue import queue_turn
-from facts.turns import CleanTurn
+from facts.storage.errors import InvalidId
+from facts.storage.ids import check_fact_id, normalize_agent
 from retrieval.render import render_context
 from retrieval.search import memory_search_json
 from retrieval.tokens import count_tokens
@@ -52,7 +52,7 @@ class Scope:
 
 
 def accept_turn(turn: CleanTurn, *, flush: bool = False) -> dict[str, Any]:
-    """Store the turn, validated by `facts.turns.clean_turn` (before answering), and
+    """Store the turn, validated by `facts.intake.turns.clean_turn` (before answering), and
     schedule its extraction."""
     with _writer_slot():
         receipt = queue_turn(turn, flush=flush)
@@ -106,7 +106,7 @@ def serve_context(
         user_id=scope.user_id, agent_name=scope.agent_name, project_id=scope.project_id, mode=mode, now=now
     )
     body = rendered.as_dict()
-    included = body.get("included") or []
+    included = list(rendered.included)
     count_usage("injected", included)
     log_injection(scope, Injection.Kind.CONTEXT, included, rendered.text, door=door, mode=mode, tokens=rendered.tokens)
     return body

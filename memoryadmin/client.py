@@ -50,7 +50,7 @@ class LocalMemory:
         created_at: str | datetime | None = None,
     ) -> dict[str, Any]:
         from facts.erasure.guard import ErasureInProgress
-        from facts.turns import TurnRejected, clean_turn
+        from facts.intake.turns import TurnRejected, clean_turn
         from memoryadmin import api_service
 
         try:

@@ -284,7 +284,7 @@ MEMORY_LLM_TIMEOUT = env_float("MEMORY_LLM_TIMEOUT", 60.0)
 MEMORY_LLM_MAX_RETRIES = env_int("MEMORY_LLM_MAX_RETRIES", 2)
 MEMORY_LLM_MAX_TOKENS = env_int("MEMORY_LLM_MAX_TOKENS", 1024)
 # Which extractor turns conversations into candidates: "llm" (the model above) or
-# "rules" (facts/rules_extractor/, no model). Empty: llm when MEMORY_LLM_BASE_URL is
+# "rules" (facts/judging/rules_extractor/, no model). Empty: llm when MEMORY_LLM_BASE_URL is
 # set, else rules, so a fresh install with no model server still learns.
 MEMORY_EXTRACTOR = env_str("MEMORY_EXTRACTOR", "").strip().lower()
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from django.conf import settings
 from filelock import FileLock
 
-from facts.atomic import PRIVATE_FILE_MODE, create_private_file, make_private_dirs
+from facts.storage.atomic import PRIVATE_FILE_MODE, create_private_file, make_private_dirs
 
 from . import vectors
 
@@ -343,7 +343,7 @@ def _open_ready(path: Path) -> sqlite3.Connection:
 def _rebuild_from_files(path: Path) -> sqlite3.Connection:
     """Missing, corrupt or outdated: rebuild it from the files, once across processes."""
     from facts.mirror import snapshot
-    from facts.store import get_store
+    from facts.storage.store import get_store
 
     with _rebuild_lock(path):
         if path.exists():

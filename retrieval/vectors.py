@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 
-from facts.atomic import create_private_file
+from facts.storage.atomic import create_private_file
 
 from . import query_encoder
 from .query_encoder import QueryEncoder
@@ -114,7 +114,7 @@ def _one_text() -> QueryEncoder | None:
         with _model_lock:
             if _single is _NOT_YET:
                 _single = query_encoder.for_model(encoder)
-    return _single  # type: ignore[no-any-return]
+    return _single
 
 
 def warm(*, queries: bool = False) -> None:

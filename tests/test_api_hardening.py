@@ -18,10 +18,10 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 
+from facts.intake.queue import record_turn
+from facts.intake.turns import TurnRejected
 from facts.models import AuditEvent, Turn
-from facts.queue import record_turn
-from facts.turns import TurnRejected
-from facts.writer import save_card
+from facts.storage.writer import save_card
 from memoryadmin import api_auth
 from memoryadmin.api_schemas import CHUNK_BYTES
 from memoryadmin.client import LocalMemory

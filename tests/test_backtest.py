@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from facts import runs
-from facts.backtest import backtest
+from facts.judging import runs
+from facts.judging.backtest import backtest
+from facts.judging.schemas import parse_update
 from facts.models import AuditEvent, Candidate, ExtractionRun, FactCard, FactRevision, ProfileRevision
-from facts.schemas import parse_update
-from facts.store import Store
+from facts.storage.store import Store
 from tests.factories import fact_candidate
 from tests.test_gate import ROWS
 

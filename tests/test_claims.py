@@ -15,9 +15,11 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from facts import claims, pipeline, tasks
+from facts import tasks
+from facts.intake import claims
+from facts.intake.queue import record_turn
+from facts.judging import pipeline
 from facts.models import ExtractedMessage, ExtractionRun, FactCard, Turn
-from facts.queue import record_turn
 from facts.tasks import process_thread
 from tests.factories import fact_candidate
 from tests.openai_stub import OpenAIStub

@@ -1,16 +1,16 @@
-"""Conflict detection (`facts.conflicts`): live cards of one bucket that claim the same
+"""Conflict detection (`facts.curation.conflicts`): live cards of one bucket that claim the same
 attribute, under the write side's one key rule (`schemas.normalize_key`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from facts.conflicts import find_conflicts
 from facts.curation.cards import resolve_conflict
+from facts.curation.conflicts import find_conflicts
 from facts.enums import CardStatus
+from facts.judging.schemas import normalize_key
 from facts.models import FactCard
-from facts.schemas import normalize_key
-from facts.writer import save_card
+from facts.storage.writer import save_card
 
 pytestmark = pytest.mark.django_db
 

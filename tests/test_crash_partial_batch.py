@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from facts import atomic
-from facts.errors import LockTimeout, RevisionConflict
 from facts.mirror import mirror_drift, snapshot
 from facts.models import AuditEvent, FactCard
-from facts.store import Store
-from facts.writer import Put, commit, save_card
+from facts.storage import atomic
+from facts.storage.errors import LockTimeout, RevisionConflict
+from facts.storage.store import Store
+from facts.storage.writer import Put, commit, save_card
 
 pytestmark = pytest.mark.django_db
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from facts.store import Bucket, Store
+from facts.storage.store import Bucket, Store
 
 from .helpers_reliability.procs import Env, report_numbers
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from facts.cardfile import Card, now_utc
 from facts.curation import cards, profiles, review
 from facts.models import AuditEvent, Candidate, FactCard
-from facts.store import Store
-from facts.writer import save_card
+from facts.storage.cardfile import Card, now_utc
+from facts.storage.store import Store
+from facts.storage.writer import save_card
 from memoryadmin import api_service
 
 pytestmark = pytest.mark.django_db

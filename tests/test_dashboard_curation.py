@@ -10,8 +10,8 @@ import pytest
 from django.test import Client
 
 from facts.models import AuditEvent, Candidate, FactCard, ProfileRevision
-from facts.profilefile import Section
-from facts.writer import commit_profile, save_card
+from facts.storage.profilefile import Section
+from facts.storage.writer import commit_profile, save_card
 
 pytestmark = pytest.mark.django_db
 
@@ -66,8 +66,8 @@ def test_it_words_left_out_facts_once_and_lists_no_phantom_included_fact(viewer_
 
 
 def test_it_explains_why_a_correction_is_cut_by_the_total_budget(viewer_client: Client, make_card, store) -> None:
-    from facts.profilefile import Section
-    from facts.writer import commit_profile
+    from facts.storage.profilefile import Section
+    from facts.storage.writer import commit_profile
 
     def fill(profile):
         profile.set_section("workContext", Section(summary="Works on compilers " * 20))
@@ -205,7 +205,7 @@ def test_it_undoes_a_dismissal_of_selected_rows(reviewer_client: Client, make_ca
 
 
 def test_the_queue_explains_every_reason_code_and_lists_the_keys(viewer_client: Client, make_candidate) -> None:
-    from facts.gate import REASON_CODES
+    from facts.judging.gate import REASON_CODES
 
     make_candidate(reasons=["low_confidence"])
     text = viewer_client.get("/review/").content.decode()

@@ -9,9 +9,9 @@ import pytest
 from django.test import Client
 
 from facts.models import AuditEvent, Candidate, ExtractionRun, ProfileRevision
-from facts.profilefile import Section
-from facts.store import Store
-from facts.writer import commit_profile, save_card
+from facts.storage.profilefile import Section
+from facts.storage.store import Store
+from facts.storage.writer import commit_profile, save_card
 from memoryadmin.models import ApiKey, DriftCheck, hash_key
 from retrieval.models import AgentSettings, GoldenQuery, IndexRebuild
 

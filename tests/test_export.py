@@ -21,7 +21,6 @@ from django.urls import reverse
 from facts.demo import load_demo
 from facts.erasure.run import erase
 from facts.erasure.scope import Scope
-from facts.ids import normalize_id
 from facts.models import (
     AuditEvent,
     Candidate,
@@ -37,7 +36,8 @@ from facts.models import (
 from facts.portability import importer
 from facts.portability.archive import FORMAT
 from facts.portability.export import export_user
-from facts.store import Store
+from facts.storage.ids import normalize_id
+from facts.storage.store import Store
 from retrieval.models import GoldenQuery
 from retrieval.search import search
 

@@ -16,8 +16,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from facts.profilefile import Section
-from facts.writer import commit_profile, delete_card, save_card
+from facts.storage.profilefile import Section
+from facts.storage.writer import commit_profile, delete_card, save_card
 from memoryadmin import api_auth
 from retrieval.search import search
 

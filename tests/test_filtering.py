@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage, message_to_dict
 
-from facts.filtering import (
+from facts.intake.filtering import (
     ACKNOWLEDGEMENTS,
     cut_uploads,
     filter_messages,

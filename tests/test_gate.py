@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from facts import gate, runs
 from facts.curation import review
-from facts.filtering import Row
+from facts.intake.filtering import Row
+from facts.judging import gate, runs
+from facts.judging.schemas import FactCandidate, SummaryCandidate, parse_update
 from facts.models import AuditEvent, Candidate, ExtractionRun, FactCard
-from facts.schemas import FactCandidate, SummaryCandidate, parse_update
-from facts.store import Bucket, Store
+from facts.storage.store import Bucket, Store
 from tests.factories import fact_candidate, fact_model
 
 ROWS: list[Row] = [

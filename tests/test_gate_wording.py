@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from facts import gate, wording
-from facts.filtering import Row
+from facts.intake.filtering import Row
+from facts.judging import gate, wording
 from tests.factories import fact_model
 
 

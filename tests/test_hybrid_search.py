@@ -11,8 +11,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from facts.store import Bucket, Store
-from facts.writer import delete_card, save_card, update_card
+from facts.storage.store import Bucket, Store
+from facts.storage.writer import delete_card, save_card, update_card
 from retrieval import index, vectors
 from retrieval.search import memory_search_json, search
 from tests.conftest import FIXED_NOW

@@ -12,8 +12,8 @@ import pytest
 from django.core.management import call_command
 
 from facts.enums import CardStatus
-from facts.store import Bucket, Store
-from facts.writer import delete_card, save_card, update_card
+from facts.storage.store import Bucket, Store
+from facts.storage.writer import delete_card, save_card, update_card
 from memoryadmin import rebuild
 from retrieval import index
 from retrieval.search import search

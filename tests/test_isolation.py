@@ -15,9 +15,9 @@ import pytest
 from django.test import Client
 
 from facts.models import FactCard
-from facts.profilefile import Section
-from facts.store import Bucket, Store
-from facts.writer import commit_profile, save_card
+from facts.storage.profilefile import Section
+from facts.storage.store import Bucket, Store
+from facts.storage.writer import commit_profile, save_card
 from memoryadmin.models import ApiKey
 from retrieval.render import render_context
 from retrieval.search import memory_search_json, search

@@ -21,8 +21,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from facts.enums import CardStatus
 from facts.models import AuditEvent, Candidate, FactCard, Turn
-from facts.store import Bucket, Store
-from facts.writer import save_card
+from facts.storage.store import Bucket, Store
+from facts.storage.writer import save_card
 from memoryadmin.mcp_server import Identity, build_server
 from memoryadmin.models import ApiKey
 from tests.factories import fact_candidate

@@ -11,8 +11,8 @@ from django.core.management import call_command
 
 from facts import mirror
 from facts.models import FactCard
-from facts.store import Store
-from facts.writer import save_card
+from facts.storage.store import Store
+from facts.storage.writer import save_card
 
 pytestmark = pytest.mark.django_db
 

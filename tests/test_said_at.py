@@ -20,12 +20,12 @@ from langchain_core.messages import AIMessage, HumanMessage
 
 from facts.curation.review import apply_candidate
 from facts.enums import CardStatus
+from facts.intake.turns import FUTURE_TOLERANCE, TurnRejected, clean_said_at, clean_turn
+from facts.judging.pipeline import run_turns_now
 from facts.models import Candidate, ExtractionRun, FactCard, Turn
-from facts.pipeline import run_turns_now
 from facts.portability import importer
 from facts.portability.export import export_user
-from facts.store import Store
-from facts.turns import FUTURE_TOLERANCE, TurnRejected, clean_said_at, clean_turn
+from facts.storage.store import Store
 from memoryadmin.client import LocalMemory, MemoryClient
 from memoryadmin.memory_protocol import MemoryContext, MemoryRejected
 from memoryadmin.models import ApiKey
@@ -72,7 +72,7 @@ def the_card() -> FactCard:
     return FactCard.objects.get(user_id="alice", key="response_language", status=CardStatus.ACTIVE)
 
 
-# --- the rule (facts/turns.py) ---------------------------------------------------------
+# --- the rule (facts/intake/turns.py) --------------------------------------------------
 
 
 @pytest.mark.parametrize(

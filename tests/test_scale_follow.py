@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from facts.models import CardChange
-from facts.writer import save_card
+from facts.storage.writer import save_card
 from retrieval import index, reads
 from retrieval.follow import Follower
 
@@ -57,7 +57,7 @@ def test_a_change_that_commits_late_is_still_applied(two_indexes, make_card) -> 
 
 
 def test_a_card_deleted_on_the_other_machine_leaves_this_index(two_indexes, make_card) -> None:
-    from facts.writer import Delete, commit
+    from facts.storage.writer import Delete, commit
 
     two_indexes("b")
     follower = Follower.from_now()

@@ -10,8 +10,8 @@ import os
 import pytest
 
 from facts import mirror
-from facts.store import Store
-from facts.writer import delete_card, save_card
+from facts.storage.store import Store
+from facts.storage.writer import delete_card, save_card
 from retrieval import derived, index
 from retrieval.search import search
 from tests.conftest import FIXED_NOW

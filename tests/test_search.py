@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from facts.enums import CardStatus
-from facts.writer import save_card
+from facts.storage.writer import save_card
 from memoryadmin.client import LocalMemory
 from memoryadmin.memory_protocol import MemoryContext
 from retrieval import search as S

@@ -17,7 +17,7 @@ from django.test import Client
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from facts.writer import save_card
+from facts.storage.writer import save_card
 from memoryadmin.client import LocalMemory
 from memoryadmin.langchain_memory import LongTermMemoryMiddleware
 from memoryadmin.memory_protocol import MemoryContext

@@ -25,8 +25,8 @@ from mcp import Client as McpClient
 
 from facts import tenancy
 from facts.models import AuditEvent, FactCard, Turn
-from facts.store import Store
-from facts.writer import save_card
+from facts.storage.store import Store
+from facts.storage.writer import save_card
 from memoryadmin.client import LocalMemory
 from memoryadmin.mcp_server import Identity, build_server
 from memoryadmin.memory_protocol import MemoryContext, MemoryRejected

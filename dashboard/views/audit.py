@@ -4,18 +4,18 @@ day, newest first."""
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from dashboard.forms import AuditFilters, day_end, day_start
-from dashboard.helpers import page_of, query_without_page
+from dashboard.helpers import HtmxHttpRequest, page_of, query_without_page
 from facts.models import AuditEvent
 
 
 @require_GET
 @login_required
-def audit_log(request: HttpRequest) -> HttpResponse:
+def audit_log(request: HtmxHttpRequest) -> HttpResponse:
     form = AuditFilters(request.GET)
     rows = AuditEvent.objects.none()
     query = ""

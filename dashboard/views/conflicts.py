@@ -1,5 +1,5 @@
 """Conflicts page: cards of one bucket that claim the same attribute (found by
-`facts.conflicts`) and cards past their review-by date; a curator keeps one card and
+`facts.curation.conflicts`) and cards past their review-by date; a curator keeps one card and
 the others are superseded by it."""
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from dashboard.forms import ResolveForm
 from dashboard.helpers import actor_of, changed, fact_or_404
 from dashboard.views.overview import COUNTS_CACHE_SECONDS, counts_version
 from facts.access import CURATE
-from facts.conflicts import Conflict, find_conflicts
 from facts.curation import cards
+from facts.curation.conflicts import Conflict, find_conflicts
 from facts.enums import CardStatus
-from facts.errors import RevisionConflict
 from facts.models import FactCard
+from facts.storage.errors import RevisionConflict
 
 
 def cached_conflicts() -> tuple[list[Conflict], list[FactCard]]:

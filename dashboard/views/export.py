@@ -5,7 +5,8 @@ from __future__ import annotations
 import tempfile
 
 from django.contrib.auth.decorators import login_required, permission_required
-from django.http import FileResponse, HttpRequest, HttpResponse
+from django.http import FileResponse, HttpRequest
+from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
 
@@ -18,7 +19,7 @@ from facts.portability import export
 @login_required
 @permission_required(ADMINISTER, raise_exception=True)
 @require_http_methods(["GET", "POST"])
-def export_user(request: HttpRequest) -> HttpResponse:
+def export_user(request: HttpRequest) -> HttpResponseBase:
     """GET shows what the archive will hold; POST (the button, CSRF-checked) sends it.
 
     The user id is always the `user` query parameter, for both: the page and its form

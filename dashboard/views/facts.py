@@ -2,7 +2,7 @@
 superseded chain, evidence in its conversation) and the curator's actions on one card
 (correct, expire, restore, review-by, revert, delete).
 
-Every change is a verb of `facts.curation` (the write through `facts.writer` and its
+Every change is a verb of `facts.curation` (the write through `facts.storage.writer` and its
 `AuditEvent`); these views only check forms and say how it went.
 """
 
@@ -17,7 +17,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.db import connection
 from django.db.models import Q, QuerySet
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -34,6 +34,7 @@ from dashboard.forms import (
     ReviewByForm,
 )
 from dashboard.helpers import (
+    HtmxHttpRequest,
     actor_of,
     changed,
     diff_lines,
@@ -46,12 +47,12 @@ from dashboard.helpers import (
     scope_label,
 )
 from facts.access import ADMINISTER, CURATE
-from facts.cardfile import Card, parse_card
 from facts.curation import cards, manual
-from facts.errors import CardParseError, InvalidId, LockTimeout, RevisionConflict
 from facts.injections import last_injected
 from facts.models import ExtractionRun, FactCard, FactRevision, FactUsage
-from facts.store import get_store
+from facts.storage.cardfile import Card, parse_card
+from facts.storage.errors import CardParseError, InvalidId, LockTimeout, RevisionConflict
+from facts.storage.store import get_store
 from retrieval.search import search
 
 # --- facts list -------------------------------------------------------------------------
@@ -105,7 +106,7 @@ def filtered_facts(data: dict[str, Any]) -> tuple[QuerySet[FactCard], str]:
 
 @require_GET
 @login_required
-def fact_list(request: HttpRequest) -> HttpResponse:
+def fact_list(request: HtmxHttpRequest) -> HttpResponse:
     form = FactFilters(request.GET)
     note = ""
     if form.is_valid():
@@ -126,7 +127,7 @@ def fact_list(request: HttpRequest) -> HttpResponse:
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_http_methods(["GET", "POST"])
-def fact_add(request: HttpRequest) -> HttpResponse:
+def fact_add(request: HtmxHttpRequest) -> HttpResponse:
     """A curator writes a fact directly (reviewers and admins, not viewers): checked like
     the agents' input, written through the one write function, audited as add_fact."""
     if request.method == "POST":
@@ -245,7 +246,7 @@ def chain_of(row: FactCard) -> list[FactCard]:
 
 @require_GET
 @login_required
-def fact_detail(request: HttpRequest, fact_id: str) -> HttpResponse:
+def fact_detail(request: HtmxHttpRequest, fact_id: str) -> HttpResponse:
     row = fact_or_404(fact_id)
     run = None
     if row.source_run_id.isdigit():
@@ -313,12 +314,12 @@ def evidence_row(run: ExtractionRun, message_id: str, evidence: str) -> dict[str
 CHANGE_ERRORS = (RevisionConflict, CardParseError, InvalidId, ValueError)
 
 
-def done(request: HttpRequest, row: FactCard, text: str) -> HttpResponse:
+def done(request: HtmxHttpRequest, row: FactCard, text: str) -> HttpResponse:
     messages.success(request, text)
     return changed(redirect("fact_detail", fact_id=row.id))
 
 
-def not_changed(request: HttpRequest, row: FactCard, exc: Exception) -> HttpResponse:
+def not_changed(request: HtmxHttpRequest, row: FactCard, exc: Exception) -> HttpResponse:
     messages.error(request, f"Nothing was changed: {exc}")
     return redirect("fact_detail", fact_id=row.id)
 
@@ -326,7 +327,7 @@ def not_changed(request: HttpRequest, row: FactCard, exc: Exception) -> HttpResp
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def fact_correct(request: HttpRequest, fact_id: str) -> HttpResponse:
+def fact_correct(request: HtmxHttpRequest, fact_id: str) -> HttpResponse:
     row = fact_in_scope(request, fact_id)
     form = CorrectForm(request.POST)
     if not form.is_valid():
@@ -352,7 +353,7 @@ def fact_correct(request: HttpRequest, fact_id: str) -> HttpResponse:
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def fact_expire(request: HttpRequest, fact_id: str) -> HttpResponse:
+def fact_expire(request: HtmxHttpRequest, fact_id: str) -> HttpResponse:
     row = fact_in_scope(request, fact_id)
     form = ExpireForm(request.POST)
     if not form.is_valid():
@@ -370,7 +371,7 @@ def fact_expire(request: HttpRequest, fact_id: str) -> HttpResponse:
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def fact_restore(request: HttpRequest, fact_id: str) -> HttpResponse:
+def fact_restore(request: HtmxHttpRequest, fact_id: str) -> HttpResponse:
     row = fact_in_scope(request, fact_id)
     form = OptionalReasonForm(request.POST)
     form.is_valid()
@@ -384,7 +385,7 @@ def fact_restore(request: HttpRequest, fact_id: str) -> HttpResponse:
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def fact_review_by(request: HttpRequest, fact_id: str) -> HttpResponse:
+def fact_review_by(request: HtmxHttpRequest, fact_id: str) -> HttpResponse:
     row = fact_in_scope(request, fact_id)
     form = ReviewByForm(request.POST)
     if not form.is_valid():
@@ -401,7 +402,7 @@ def fact_review_by(request: HttpRequest, fact_id: str) -> HttpResponse:
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def fact_revert(request: HttpRequest, fact_id: str, revision: int) -> HttpResponse:
+def fact_revert(request: HtmxHttpRequest, fact_id: str, revision: int) -> HttpResponse:
     row = fact_in_scope(request, fact_id)
     try:
         target = cards.card_at_revision(row, revision)
@@ -432,7 +433,7 @@ def fact_revert(request: HttpRequest, fact_id: str, revision: int) -> HttpRespon
 @login_required
 @permission_required(ADMINISTER, raise_exception=True)
 @require_http_methods(["GET", "POST"])
-def fact_delete(request: HttpRequest, fact_id: str) -> HttpResponse:
+def fact_delete(request: HtmxHttpRequest, fact_id: str) -> HttpResponse:
     if request.method == "GET":
         row = fact_or_404(fact_id)
         return render(request, "facts/delete.html", {"fact": row, "scope": scope_label(row), "form": DeleteForm()})

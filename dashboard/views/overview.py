@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET
 
 from dashboard.forms import day_start
 from facts.enums import CardStatus
-from facts.extraction import ModelStatus, describe_extractor, model_status
+from facts.judging.extraction import ModelStatus, describe_extractor, model_status
 from facts.models import AuditEvent, Candidate, ExtractionRun, FactCard, ProfileSection
 from memoryadmin.models import DriftCheck
 from retrieval.models import IndexRebuild

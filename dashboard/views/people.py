@@ -25,8 +25,8 @@ from facts.erasure.guard import running_for
 from facts.erasure.plan import plan
 from facts.erasure.run import Report, erase
 from facts.erasure.scope import Scope
-from facts.errors import InvalidId, LockTimeout
 from facts.models import FactCard
+from facts.storage.errors import InvalidId, LockTimeout
 
 SHOWN_IDS = 50
 

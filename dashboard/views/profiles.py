@@ -23,10 +23,10 @@ from facts.access import CURATE
 from facts.curation.cards import UnknownRevision
 from facts.curation.profiles import edit_profile, revert_profile, summaries, version_summaries
 from facts.enums import HISTORY_SECTIONS, PROFILE_SECTIONS, USER_SECTIONS
-from facts.errors import InvalidId, RevisionConflict
 from facts.models import ProfileRevision, ProfileSection
-from facts.profilefile import Profile, Section
-from facts.store import get_store
+from facts.storage.errors import InvalidId, RevisionConflict
+from facts.storage.profilefile import Profile, Section
+from facts.storage.store import get_store
 
 
 @dataclass

@@ -12,7 +12,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.db import connection
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -29,7 +29,7 @@ from dashboard.forms import (
     day_end,
     day_start,
 )
-from dashboard.helpers import actor_of, changed, flash_errors, page_of, query_without_page, said_at_of
+from dashboard.helpers import HtmxHttpRequest, actor_of, changed, flash_errors, page_of, query_without_page, said_at_of
 from dashboard.labels import REASON_HELP
 from dashboard.views.overview import open_candidates
 from facts.access import CURATE
@@ -42,8 +42,8 @@ from facts.curation.review import (
     restore_candidate,
 )
 from facts.enums import CardStatus
-from facts.errors import LockTimeout, RevisionConflict
 from facts.models import Candidate, FactCard
+from facts.storage.errors import LockTimeout, RevisionConflict
 
 BULK_LIMIT = 500
 REVIEWED = (Candidate.ReviewState.APPROVED, Candidate.ReviewState.DISMISSED)
@@ -94,7 +94,7 @@ def filtered_candidates(data: dict[str, Any]) -> QuerySet[Candidate]:
 
 @require_GET
 @login_required
-def review_queue(request: HttpRequest) -> HttpResponse:
+def review_queue(request: HtmxHttpRequest) -> HttpResponse:
     form = CandidateFilters(request.GET)
     if form.is_valid():
         rows = filtered_candidates(form.cleaned_data)
@@ -117,7 +117,7 @@ def review_queue(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @login_required
-def open_count(request: HttpRequest) -> HttpResponse:
+def open_count(request: HtmxHttpRequest) -> HttpResponse:
     """The badge in the navigation; refreshed by the `candidatesChanged` event."""
     return render(request, "facts/review_queue.html#badge", {"open_count": open_candidates().count()})
 
@@ -162,7 +162,7 @@ def conversation(candidate: Candidate) -> tuple[list[ConversationRow], bool]:
 
 def existing_card(candidate: Candidate) -> FactCard | None:
     """The live card of the same key in the candidate's bucket: what approval would
-    replace (unless that card was said after the candidate: `facts.plan.Plan.add_fact`)."""
+    replace (unless that card was said after the candidate: `facts.judging.plan.Plan.add_fact`)."""
     if candidate.kind != Candidate.Kind.FACT or not candidate.key:
         return None
     rows = FactCard.objects.filter(key=candidate.key, status=CardStatus.ACTIVE)
@@ -182,7 +182,7 @@ def candidate_or_404(pk: int) -> Candidate:
 
 @require_GET
 @login_required
-def candidate_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def candidate_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     candidate = candidate_or_404(pk)
     rows, found = conversation(candidate)
     initial = {
@@ -203,29 +203,31 @@ def candidate_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "facts/candidate.html", ctx)
 
 
-def back(request: HttpRequest, default: str) -> str:
+def back(request: HtmxHttpRequest, default: str) -> str:
     target = request.POST.get("next", "")
     if target and url_has_allowed_host_and_scheme(target, {request.get_host()}):
         return target
     return default
 
 
-def approve_one(request: HttpRequest, candidate: Candidate, note: str, overrides: dict[str, Any] | None) -> str | None:
+def approve_one(
+    request: HtmxHttpRequest, candidate: Candidate, note: str, overrides: dict[str, Any] | None
+) -> str | None:
     """The gate writes the card, records the review and the audit event."""
     return apply_candidate(candidate, actor=actor_of(request), note=note, overrides=overrides or None)
 
 
-def dismiss_one(request: HttpRequest, candidate: Candidate, note: str) -> None:
+def dismiss_one(request: HtmxHttpRequest, candidate: Candidate, note: str) -> None:
     dismiss_candidate(candidate, actor=actor_of(request), note=note)
 
 
-def to_page(request: HttpRequest, url: str) -> HttpResponse:
+def to_page(request: HtmxHttpRequest, url: str) -> HttpResponse:
     """Where an action that could not be done sends the reviewer: the candidate's page
     (with htmx, a full navigation, so the page does not land inside a table row)."""
     return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
 
 
-def row_response(request: HttpRequest, candidate: Candidate, default: str) -> HttpResponse:
+def row_response(request: HtmxHttpRequest, candidate: Candidate, default: str) -> HttpResponse:
     if request.htmx:
         candidate = candidate_or_404(candidate.pk)
         response = render(request, "facts/review_queue.html#row", {"c": candidate, "next": back(request, default)})
@@ -236,7 +238,7 @@ def row_response(request: HttpRequest, candidate: Candidate, default: str) -> Ht
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def candidate_approve(request: HttpRequest, pk: int) -> HttpResponse:
+def candidate_approve(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     candidate = candidate_or_404(pk)
     detail = reverse("candidate_detail", args=[pk])
     if not is_reviewable(candidate):
@@ -263,7 +265,7 @@ def candidate_approve(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def candidate_dismiss(request: HttpRequest, pk: int) -> HttpResponse:
+def candidate_dismiss(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     candidate = candidate_or_404(pk)
     detail = reverse("candidate_detail", args=[pk])
     if not is_reviewable(candidate):
@@ -282,7 +284,7 @@ def candidate_dismiss(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def candidates_restore(request: HttpRequest) -> HttpResponse:
+def candidates_restore(request: HtmxHttpRequest) -> HttpResponse:
     """Undo dismissals: the candidates wait for review again (each audited as a restore)."""
     form = RestoreForm(request.POST)
     if not form.is_valid():
@@ -304,7 +306,7 @@ def candidates_restore(request: HttpRequest) -> HttpResponse:
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def selected_review(request: HttpRequest) -> HttpResponse:
+def selected_review(request: HtmxHttpRequest) -> HttpResponse:
     """Approve or dismiss the rows ticked in the queue (only those still open)."""
     form = SelectedForm(request.POST)
     queue = back(request, reverse("review_queue"))
@@ -335,7 +337,7 @@ def selected_review(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @permission_required(CURATE, raise_exception=True)
-def bulk_review(request: HttpRequest) -> HttpResponse:
+def bulk_review(request: HtmxHttpRequest) -> HttpResponse:
     """GET: a dry run (how many would be approved or dismissed). POST with the count the
     reviewer saw: do it, unless the queue changed in between."""
     form = BulkForm(request.POST if request.method == "POST" else request.GET)

@@ -10,15 +10,15 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.db.models import Count, Q
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.forms import RetryForm, RunFilters
-from dashboard.helpers import audit, page_of, query_without_page
+from dashboard.helpers import HtmxHttpRequest, audit, page_of, query_without_page
 from facts import tasks
 from facts.access import CURATE
-from facts.extraction import EXTRACTION_RULES, RULES_VERSION
+from facts.judging.extraction import EXTRACTION_RULES, RULES_VERSION
 from facts.models import AuditEvent, Candidate, ExtractionRun, FactCard, Turn
 
 PAGE_SIZE = 50
@@ -33,7 +33,7 @@ def _run_or_404(pk: int) -> ExtractionRun:
 
 @require_GET
 @login_required
-def runs_list(request: HttpRequest) -> HttpResponse:
+def runs_list(request: HtmxHttpRequest) -> HttpResponse:
     form = RunFilters(request.GET)
     runs = ExtractionRun.objects.defer("filtered_rows", "request", "raw_output").order_by("-started_at", "-pk")
     number = None
@@ -91,7 +91,7 @@ def _sent(run: ExtractionRun) -> dict[str, Any] | None:
 
 @require_GET
 @login_required
-def runs_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def runs_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     run = _run_or_404(pk)
     turns = Turn.objects.filter(Q(run=run) | Q(claimed_by=run.claimed_by) if run.claimed_by else Q(run=run)).defer(
         "messages"
@@ -119,7 +119,7 @@ def runs_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def runs_retry(request: HttpRequest, pk: int) -> HttpResponse:
+def runs_retry(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     run = _run_or_404(pk)
     form = RetryForm(request.POST)
     form.is_valid()

@@ -85,7 +85,8 @@ class SetPasswordView(auth_views.PasswordResetConfirmView):
 
     def form_valid(self, form: Any) -> HttpResponse:
         response = super().form_valid(form)
-        accounts.used(self.user)
+        if self.user is not None:  # a valid link names its account
+            accounts.used(self.user)
         return response
 
 

@@ -2,7 +2,7 @@
 
 Every verb a curator (or an agent, through the API) applies to memory lives here and
 nowhere else: it takes the actor and the request's data (never an HTTP request), writes
-through `facts.writer` and records its `AuditEvent` through `facts.audit`. Views and the
+through `facts.storage.writer` and records its `AuditEvent` through `facts.audit`. Views and the
 API call these functions and only translate their errors into pages and answers.
 
 - `cards`: correct, expire, restore, review-by, revert and delete-for-good of one card,

@@ -2,7 +2,7 @@
 for good) and the resolution of a conflict between cards.
 
 Each function takes the card's mirror row (`FactCard`: where the card lives), the actor
-and the request's data; it changes the file through `facts.writer` (a read-modify-write
+and the request's data; it changes the file through `facts.storage.writer` (a read-modify-write
 under the bucket's lock, so no update is lost), then records one `AuditEvent`. Errors
 are raised, nothing is half done: `RevisionConflict` (the card moved on or is gone),
 `CardParseError`, `InvalidId`, `ValueError` (a value the card format refuses).
@@ -16,11 +16,12 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-from facts import audit, writer
-from facts.cardfile import Card, now_utc, parse_card
+from facts import audit
 from facts.enums import CardStatus, Category
 from facts.models import AuditEvent, FactCard, FactRevision
-from facts.store import get_store
+from facts.storage import writer
+from facts.storage.cardfile import Card, now_utc, parse_card
+from facts.storage.store import get_store
 
 
 class UnknownRevision(LookupError):

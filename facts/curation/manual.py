@@ -2,7 +2,7 @@
 
 Checked with the rules the agents' doors apply (ids as the API takes them, the key and
 content limits of a model's fact, no control characters), written like an approved
-candidate -- one `Plan` committed through `facts.writer.commit`, so the file, the mirror
+candidate -- one `Plan` committed through `facts.storage.writer.commit`, so the file, the mirror
 and the index change together and an active card of the same key is superseded -- with
 source kind `manual` and the curator as its actor, and audited as `add_fact`.
 """
@@ -13,20 +13,20 @@ import re
 from dataclasses import dataclass
 
 from facts.audit import record
-from facts.cardfile import Source, now_utc
 from facts.enums import Category, SourceKind
+from facts.intake.turns import TurnRejected, clean_agent, clean_id
+from facts.judging.plan import Plan, new_card
+from facts.judging.schemas import FactCandidate, normalize_key
 from facts.models import AuditEvent
-from facts.plan import Plan, new_card
-from facts.schemas import FactCandidate, normalize_key
-from facts.store import Bucket, Store, get_store
-from facts.turns import TurnRejected, clean_agent, clean_id
+from facts.storage.cardfile import Source, now_utc
+from facts.storage.store import Bucket, Store, get_store
 
 
 def _max_length(name: str) -> int:
     return next(rule.max_length for rule in FactCandidate.model_fields[name].metadata if hasattr(rule, "max_length"))
 
 
-# The limits of a fact a model proposes (facts.schemas.FactCandidate), read from it.
+# The limits of a fact a model proposes (facts.judging.schemas.FactCandidate), read from it.
 MAX_KEY_CHARS = _max_length("key")
 MAX_CONTENT_CHARS = _max_length("content")
 # A person vouches for what they write: the highest confidence.

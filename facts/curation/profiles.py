@@ -1,7 +1,7 @@
 """A curator's changes to a user's profile (`memory.json`): editing sections, and
 reverting every section to a past version.
 
-Both write through `facts.writer.commit_profile` (a read-modify-write under the user's
+Both write through `facts.storage.writer.commit_profile` (a read-modify-write under the user's
 lock, refused with `RevisionConflict` when the profile moved on from the version the
 curator saw) and audit what changed through `facts.audit`. A section a curator writes
 names them as its source's actor.
@@ -13,12 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from facts import audit, writer
-from facts.cardfile import Source, now_utc
+from facts import audit
 from facts.curation.cards import UnknownRevision
 from facts.enums import PROFILE_SECTIONS, SourceKind
 from facts.models import AuditEvent, ProfileRevision
-from facts.profilefile import Profile, Section
+from facts.storage import writer
+from facts.storage.cardfile import Source, now_utc
+from facts.storage.profilefile import Profile, Section
 
 
 def summaries(document: dict[str, Any]) -> dict[str, str]:

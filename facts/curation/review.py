@@ -3,9 +3,9 @@
 Which candidates may be reviewed is decided here (`is_reviewable`, `REVIEWABLE`) and
 checked by every decision, whichever door asks: one waiting for a reviewer, or one the
 gate rejected that nobody has reviewed yet. The reviewer's judgement replaces the
-gate's, so the rules of `facts.gate` are not re-run; key replacement and "same content
-changes nothing" still hold (`facts.plan`). Each decision writes through
-`facts.writer`, records the review on the `Candidate` row and leaves an `AuditEvent`.
+gate's, so the rules of `facts.judging.gate` are not re-run; key replacement and "same content
+changes nothing" still hold (`facts.judging.plan`). Each decision writes through
+`facts.storage.writer`, records the review on the `Candidate` row and leaves an `AuditEvent`.
 """
 
 from __future__ import annotations
@@ -17,15 +17,16 @@ from django.contrib.auth import get_user_model
 from django.db.models import Q
 from django.utils import timezone
 
-from facts import audit, tenancy, writer
-from facts.cardfile import Source, now_utc
+from facts import audit, tenancy
 from facts.enums import PROFILE_SECTIONS, Category, SourceKind
-from facts.gate import target_bucket
+from facts.judging.gate import target_bucket
+from facts.judging.plan import Plan, new_card
+from facts.judging.schemas import Confirmation, normalize_key
 from facts.models import AuditEvent, Candidate
-from facts.plan import Plan, new_card
-from facts.profilefile import Profile, Section
-from facts.schemas import Confirmation, normalize_key
-from facts.store import Bucket, Store, get_store
+from facts.storage import writer
+from facts.storage.cardfile import Source, now_utc
+from facts.storage.profilefile import Profile, Section
+from facts.storage.store import Bucket, Store, get_store
 
 
 class ReviewError(ValueError):
@@ -123,7 +124,7 @@ def apply_candidate(
         if candidate.kind == Candidate.Kind.FACT and candidate.scope == "project":
             raise ReviewError(f"project: {project_id!r} belongs to another tenant than {candidate.user_id!r}")
         project_id = None
-    ids = {"user_id": candidate.user_id, "agent_name": candidate.agent_name, "project_id": project_id}
+    ids: dict[str, Any] = {"user_id": candidate.user_id, "agent_name": candidate.agent_name, "project_id": project_id}
     source = Source(
         kind=SourceKind.REVIEW,
         run_id=str(candidate.run_id),

@@ -2,7 +2,7 @@
 (entries, sizes, ratio), every member hash-checked against the manifest, every path,
 card, profile and history row parsed and checked, and the target checked (no memory of
 the user, no taken ids) before the first write; then cards, rows and profile go through
-`facts.writer`. A refused archive (`ImportRefused`) changes nothing.
+`facts.storage.writer`. A refused archive (`ImportRefused`) changes nothing.
 """
 
 from __future__ import annotations
@@ -16,18 +16,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.color import no_style
 from django.db import connection, models
 
-from .. import tenancy, writer
-from ..cardfile import Card, parse_card
-from ..errors import CardParseError, InvalidId
-from ..ids import normalize_id
-from ..models import (
+from facts import tenancy
+from facts.intake.sanitize import CONTROL_CHARS, MAX_JSON_DEPTH, NotJson, check_json
+from facts.intake.turns import TurnRejected, check_said_times, clean_agent, clean_id, clean_turn
+from facts.models import (
     AuditEvent,
     FactCard,
     FactRevision,
@@ -35,11 +34,24 @@ from ..models import (
     ProfileSection,
     Turn,
 )
-from ..profilefile import Profile, parse_profile
-from ..sanitize import CONTROL_CHARS, MAX_JSON_DEPTH, NotJson, check_json
-from ..store import Store, get_store
-from ..turns import TurnRejected, check_said_times, clean_agent, clean_id, clean_turn
-from .archive import FORMAT, FORMAT_VERSION, MANIFEST, README, SUMS, Kind, chunks, files_under, history_kinds, sha256_of
+from facts.portability.archive import (
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    README,
+    SUMS,
+    Kind,
+    chunks,
+    files_under,
+    history_kinds,
+    sha256_of,
+)
+from facts.storage import writer
+from facts.storage.cardfile import Card, parse_card
+from facts.storage.errors import CardParseError, InvalidId
+from facts.storage.ids import normalize_id
+from facts.storage.profilefile import Profile, parse_profile
+from facts.storage.store import Store, get_store
 
 # Bounds on what an archive may make the importer read (zip bombs, absurd archives).
 MAX_MEMBERS = 200_000
@@ -284,7 +296,7 @@ def _check_manifest(manifest: Any) -> tuple[str, dict[str, dict[str, Any]]]:
             raise ImportRefused(f"manifest.json: the entry of {name!r} has no valid sha256 and size")
         if not isinstance(name, str) or not _safe_name(name):
             raise ImportRefused(f"unsafe path in the manifest: {name!r}")
-    return user_id, files
+    return cast(str, user_id), files
 
 
 _PATHS = Store(Path("/nonexistent-root"))  # only for the paths a card belongs at
@@ -432,7 +444,7 @@ def _parse_history(archive: Archive, history: dict[str, str]) -> dict[str, list[
 
 
 def _check_turn_times(turn: Any, where: str) -> None:
-    """When a turn's messages were said: the rule every door applies (`facts.turns`)."""
+    """When a turn's messages were said: the rule every door applies (`facts.intake.turns`)."""
     try:
         check_said_times(turn.messages, "messages")
     except TurnRejected as exc:
@@ -577,7 +589,7 @@ def _queue_pending(turns: list[models.Model]) -> None:
     """The worker task of every thread with a restored pending turn: no pending turn
     waits for nobody. Enqueued once the rows are committed and the store's locks let go
     (a backend that runs tasks at once would otherwise wait for locks this import holds)."""
-    from ..tasks import schedule
+    from facts.tasks import schedule
 
     threads = sorted(
         {(t.user_id, t.agent_name, t.thread_id) for t in turns if t.status == Turn.Status.PENDING}  # type: ignore[attr-defined]

@@ -32,12 +32,12 @@ django.setup()
 
 from datetime import UTC, datetime  # noqa: E402
 
-from facts.cardfile import Card, Source  # noqa: E402
-from facts.errors import RevisionConflict  # noqa: E402
-from facts.ids import new_fact_id  # noqa: E402
-from facts.profilefile import Section  # noqa: E402
-from facts.store import Bucket  # noqa: E402
-from facts.writer import Delete, Put, commit, commit_profile, update_card  # noqa: E402
+from facts.storage.cardfile import Card, Source  # noqa: E402
+from facts.storage.errors import RevisionConflict  # noqa: E402
+from facts.storage.ids import new_fact_id  # noqa: E402
+from facts.storage.profilefile import Section  # noqa: E402
+from facts.storage.store import Bucket  # noqa: E402
+from facts.storage.writer import Delete, Put, commit, commit_profile, update_card  # noqa: E402
 
 USERS = ["alice", "bob@example.com", "../carol", "dave"]
 AGENTS = ["coder", None]

@@ -12,8 +12,8 @@ from facts.erasure.guard import running_for
 from facts.erasure.plan import Plan, plan
 from facts.erasure.run import erase
 from facts.erasure.scope import Scope
-from facts.errors import InvalidId
-from facts.people import PersonError, person_id
+from facts.intake.people import PersonError, person_id
+from facts.storage.errors import InvalidId
 
 SHOWN_IDS = 20
 
