@@ -67,11 +67,11 @@ def main() -> None:
 
     print("MemoryBank user lines (real conversations; labels ours; holdout never tuned on):")
     for lang in memorybank_extraction.LANGS:
-        for split, result in memorybank_extraction.by_split(lang).items():
+        for split, bank in memorybank_extraction.by_split(lang).items():
             print(
-                f"  {lang} {split:<8} {result.lines:>4} lines  precision {result.precision:.3f} "
-                f"({result.right}/{result.accepted})  recall {result.recall:.3f} ({result.found}/{result.durable} "
-                f"durable facts)  candidates {result.candidates}"
+                f"  {lang} {split:<8} {bank.lines:>4} lines  precision {bank.precision:.3f} "
+                f"({bank.right}/{bank.accepted})  recall {bank.recall:.3f} ({bank.found}/{bank.durable} "
+                f"durable facts)  candidates {bank.candidates}"
             )
             if split == "dev" and result.precision < 0.95:
                 verdict = "MISSED"

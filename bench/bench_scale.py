@@ -36,6 +36,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -243,7 +244,7 @@ def compare_engines(url: str, rows: int = 100_000, queries: int = 400) -> dict[s
             ).fetchall()
             times.append(time.perf_counter() - started)
         out["pg_p50_ms"], out["pg_p99_ms"] = percentile(times, 0.5) * 1000, percentile(times, 0.99) * 1000
-        (size,) = conn.execute("SELECT pg_total_relation_size('bench_idx')").fetchone()
+        (size,) = conn.execute("SELECT pg_total_relation_size('bench_idx')").fetchone()  # type: ignore[misc]
         out["pg_mb"] = round(size / 1e6, 1)
         conn.execute("DROP TABLE bench_idx")
     return {k: round(v, 2) for k, v in out.items()}
@@ -285,7 +286,7 @@ def main() -> None:
                 "MEMORY_DEBOUNCE_SECONDS": "0",
                 "API_RATE_LIMIT_PER_MINUTE": "0",
             }
-            run = {"cwd": REPO, "env": env, "check": True, "capture_output": True, "text": True}
+            run: dict[str, Any] = {"cwd": REPO, "env": env, "check": True, "capture_output": True, "text": True}
             subprocess.run([sys.executable, "manage.py", "migrate", "-v0", "--skip-checks"], **run)
             subprocess.run([sys.executable, "-c", "import django; django.setup()\n" + SEED, str(args.cards)], **run)
             key = subprocess.run(

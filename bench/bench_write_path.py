@@ -190,9 +190,9 @@ def main() -> None:
         total, saved = ingest(lines, batch_size, args.workers)
         elapsed = time.perf_counter() - started
         after = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
-        user = sum(a.ru_utime - b.ru_utime for a, b in zip(after, before, strict=True))
+        user_s = sum(a.ru_utime - b.ru_utime for a, b in zip(after, before, strict=True))
         system = sum(a.ru_stime - b.ru_stime for a, b in zip(after, before, strict=True))
-        cpu = user + system
+        cpu = user_s + system
         rss_mb = max(usage.ru_maxrss for usage in after) / 1024  # the largest process
         accepted = Candidate.objects.filter(verdict="accepted").count()
         reasons: dict[str, int] = {}
@@ -215,7 +215,7 @@ def main() -> None:
             f"per run: {elapsed / len(turns) * 1000:.1f} ms  peak RSS: {rss_mb:.0f} MB (target ≤ 400: {'ok' if rss_mb <= 400 else 'MISSED'})"
         )
         print(
-            f"CPU time: {cpu:.2f} s (user {user:.2f} s, system {system:.2f} s; {total / cpu:,.0f} candidates per CPU-second; "
+            f"CPU time: {cpu:.2f} s (user {user_s:.2f} s, system {system:.2f} s; {total / cpu:,.0f} candidates per CPU-second; "
             f"load average {os.getloadavg()[0]:.1f})"
         )
     finally:

@@ -235,7 +235,9 @@ def generate(root: Path, *, users: int, facts: int, seed: int = 7, workers: int 
         shutil.rmtree(root)
     memory.mkdir(parents=True)
     english_words(), chinese_words()  # warm the caches before forking
-    jobs = [(str(memory), i, facts, seed, AGENTS) for i in range(users)]
+    jobs: list[tuple[str, int, int, int, tuple[str, ...]]] = [
+        (str(memory), i, facts, seed, AGENTS) for i in range(users)
+    ]
     jobs.append((str(memory), -1, facts, seed, (HEAVY_AGENT,)))
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         return sum(pool.imap_unordered(_write_user, jobs, chunksize=20))

@@ -82,7 +82,7 @@ def accepted_facts(text: str, *, threshold: float = 0.7) -> tuple[int, list[dict
     facts = extractor.extract_facts(rows)
     accepted = []
     for fact, parsed in zip(facts, parse_update({"facts": facts}), strict=True):
-        if parsed.valid and not gate.judge_fact(parsed.value, rows, project_id=None, threshold=threshold):
+        if parsed.valid and not gate.judge_fact(parsed.value, rows, project_id=None, threshold=threshold):  # type: ignore[arg-type]
             accepted.append(fact)
     return len(facts), accepted
 

@@ -67,7 +67,7 @@ def judge(snippet: dict[str, Any], *, threshold: float = 0.7) -> tuple[list[dict
     accepted = []
     for fact, parsed in zip(facts, parse_update({"facts": facts}), strict=True):
         assert parsed.valid, (snippet["id"], parsed.error)
-        reasons = gate.judge_fact(parsed.value, rows, project_id=snippet.get("project_id") or None, threshold=threshold)
+        reasons = gate.judge_fact(parsed.value, rows, project_id=snippet.get("project_id") or None, threshold=threshold)  # type: ignore[arg-type]
         if not reasons:
             accepted.append(fact)
     return facts, accepted

@@ -110,7 +110,7 @@ def test_it_replays_runs_recorded_before_their_settings_were(store: Store) -> No
 
 def test_a_backtest_writes_nothing(store: Store, memory_root: Path) -> None:
     history(store)
-    models = [Candidate, ExtractionRun, FactCard, FactRevision, ProfileRevision, AuditEvent]
+    models: list[Any] = [Candidate, ExtractionRun, FactCard, FactRevision, ProfileRevision, AuditEvent]
 
     def state() -> Any:
         files = sorted((p.relative_to(memory_root), p.read_bytes()) for p in memory_root.rglob("*") if p.is_file())

@@ -100,7 +100,7 @@ def test_a_failing_record_still_mirrors_the_files_it_waited_for(store: Store, ma
 
 def test_a_batch_commits_its_records_and_mirror_together(store: Store, make_card) -> None:
     card = make_card()
-    seen: list[bool] = []
+    seen: list[tuple[bool, bool]] = []
 
     def record() -> None:
         # Runs once the card is on disk, in the transaction its mirror row then joins.

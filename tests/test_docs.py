@@ -16,7 +16,7 @@ APPS = ("facts", "retrieval", "dashboard", "memoryadmin")
 # Folders that are not the project's own text (as in .gitignore), and the kinds of file
 # that hold text a person reads.
 SKIPPED_DIRS = {
-    ".git", ".venv", "var", "__pycache__", ".pytest_cache", ".ruff_cache", ".hypothesis",
+    ".git", ".venv", "var", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".hypothesis",
     "staticfiles", "test-artifacts", ".e2e", ".bench", "node_modules",
 }  # fmt: skip
 TEXT_SUFFIXES = {".py", ".md", ".html", ".txt", ".toml", ".json", ".jsonl", ".sh", ".js", ".css", ".yml", ".yaml"}

@@ -290,7 +290,7 @@ def test_it_lets_a_model_call_that_outlives_the_whole_erasure_write_nothing(memo
     erase(Scope.of("xena"), actor="tester")  # ... and the erasure runs to its end meanwhile
 
     with pytest.raises(ErasureInProgress):
-        runs.apply_runs([(started.run, started.parsed, started.ctx)])
+        runs.apply_runs([(started.run, started.parsed, started.ctx)])  # type: ignore[list-item]
 
     assert not FactCard.objects.filter(user_id="xena").exists()
     assert not (memory_root / "users" / "xena").exists()

@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from facts.intake.filtering import Row
 from facts.intake.queue import record_turn
 from facts.judging.extraction import ExtractionError, active_extractor, extract
 from facts.judging.pipeline import run_turns_now
@@ -97,7 +98,7 @@ def test_on_the_demo_conversations_it_keeps_only_what_their_labels_keep() -> Non
         return {
             p.value.evidence_message_id
             for p in parse_update(output)
-            if p.kind == "fact" and p.valid and not gate.judge_fact(p.value, rows, project_id=project_id, threshold=0.7)
+            if p.kind == "fact" and p.valid and not gate.judge_fact(p.value, rows, project_id=project_id, threshold=0.7)  # type: ignore[arg-type]
         }
 
     demo = Path(extractor.__file__).parent.parent / "demo_data" / "demo.jsonl"
@@ -181,7 +182,7 @@ def accepted_contents(text: str) -> list[str]:
     return [
         f["content"]
         for f, p in zip(facts, parse_update({"facts": facts}), strict=True)
-        if p.valid and not gate.judge_fact(p.value, rows, project_id=None, threshold=0.7)
+        if p.valid and not gate.judge_fact(p.value, rows, project_id=None, threshold=0.7)  # type: ignore[arg-type]
     ]
 
 
@@ -253,7 +254,7 @@ def test_a_one_off_request_is_rejected_as_temporary(text: str) -> None:
 
     rows: list[Any] = [{"id": "u1", "role": "user", "content": text}]
     [parsed] = parse_update({"facts": extractor.extract_facts(rows)})
-    assert gate.TEMPORARY in gate.judge_fact(parsed.value, rows, project_id=None, threshold=0.7)
+    assert gate.TEMPORARY in gate.judge_fact(parsed.value, rows, project_id=None, threshold=0.7)  # type: ignore[arg-type]
 
 
 def test_a_standing_request_that_names_where_it_applies_is_kept() -> None:
@@ -276,7 +277,7 @@ def test_a_correction_keeps_the_key_of_what_it_corrects() -> None:
 
 
 def test_a_key_an_earlier_llm_run_used_is_reused() -> None:
-    rows = [{"id": "u1", "role": "user", "content": "From now on, answer in English."}]
+    rows: list[Row] = [{"id": "u1", "role": "user", "content": "From now on, answer in English."}]
     [fact] = extractor.extract_facts(rows, existing_facts=[{"id": "f", "key": "preferred_language", "content": "x"}])
     assert fact["key"] == "preferred_language"
 

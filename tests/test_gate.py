@@ -260,7 +260,7 @@ def test_two_values_for_one_key_in_one_batch_leave_only_the_last_live() -> None:
 @pytest.mark.django_db
 def test_an_explicit_confirmation_updates_the_confirmation_fields(store: Store) -> None:
     [first] = run_gate({"facts": [fact_candidate()]})
-    rows = [{"id": "u9", "role": "user", "content": "对，我还是希望用中文解释。"}]
+    rows: list[Row] = [{"id": "u9", "role": "user", "content": "对，我还是希望用中文解释。"}]
     [confirmation] = run_gate(
         {
             "confirmations": [

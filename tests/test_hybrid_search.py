@@ -98,7 +98,7 @@ def test_a_rebuild_embeds_only_texts_it_has_not_seen(
     embedded: list[str] = []
     real = vectors.embed
 
-    def counting(texts):  # type: ignore[no-untyped-def]
+    def counting(texts):
         embedded.extend(texts)
         return real(texts)
 
@@ -126,7 +126,7 @@ def test_turning_embeddings_on_shows_drift_until_reindex(make_card, settings) ->
 
 
 def test_search_and_writes_survive_a_broken_model(embeddings: None, make_card, monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(texts):  # type: ignore[no-untyped-def]
+    def broken(texts):
         raise vectors.EmbeddingUnavailable("model file damaged")
 
     monkeypatch.setattr(vectors, "embed", broken)
@@ -174,7 +174,7 @@ def test_doctor_checks_that_the_model_loads(embeddings: None, monkeypatch: pytes
     found = _doctor_embeddings()
     assert found["level"] == "ok" and "512 dimensions" in found["message"]
 
-    def broken(texts):  # type: ignore[no-untyped-def]
+    def broken(texts):
         raise vectors.EmbeddingUnavailable("cannot load the embedding model")
 
     monkeypatch.setattr(vectors, "embed", broken)

@@ -111,7 +111,7 @@ def _clean(user: str, project: str = "") -> Any:
 
 
 def test_lines_of_one_user_or_one_project_go_to_one_worker() -> None:
-    parsed = [
+    parsed: list[Any] = [
         (1, (_clean("ann"), {})),
         (2, (_clean("bob"), {})),
         (3, (_clean("cy", "p1"), {})),

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from facts.intake import queue
 from facts.intake.queue import record_turn
-from facts.intake.turns import TurnRejected
+from facts.intake.turns import ThreadKey, TurnRejected
 from facts.judging import pipeline
 from facts.judging.pipeline import run_turns_now
 from facts.models import Candidate, ExtractedMessage, ExtractionRun, FactCard, Turn
@@ -21,7 +21,7 @@ from tests.openai_stub import OpenAIStub
 
 pytestmark = pytest.mark.django_db
 
-THREAD = {"user_id": "alice", "agent_name": "coder", "thread_id": "t1"}
+THREAD: ThreadKey = {"user_id": "alice", "agent_name": "coder", "thread_id": "t1"}
 
 
 def turn(

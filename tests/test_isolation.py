@@ -121,7 +121,7 @@ def test_the_api_never_crosses_a_scope(world) -> None:
         body = client.get("/api/v1/context", params).json()
         assert set(body["included"]) == allowed(world, user, agent, project), (user, agent, project)
         assert foreign_markers(body["text"], user, agent, project) == []
-        results = client.get("/api/v1/search", {**params, "q": "teapot", "limit": 10}).json()["results"]
+        results = client.get("/api/v1/search", {**params, "q": "teapot", "limit": 10}).json()["results"]  # type: ignore[arg-type]
         assert {r["id"] for r in results} == allowed(world, user, agent, project)
 
 

@@ -20,7 +20,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 
 from facts.curation.review import apply_candidate
 from facts.enums import CardStatus
-from facts.intake.turns import FUTURE_TOLERANCE, TurnRejected, clean_said_at, clean_turn
+from facts.intake.turns import FUTURE_TOLERANCE, ThreadKey, TurnRejected, clean_said_at, clean_turn
 from facts.judging.pipeline import run_turns_now
 from facts.models import Candidate, ExtractionRun, FactCard, Turn
 from facts.portability import importer
@@ -41,7 +41,7 @@ pytestmark = pytest.mark.django_db
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 SAID = "2023-03-14T09:26:53+01:00"
 SAID_UTC = datetime(2023, 3, 14, 8, 26, 53, tzinfo=UTC)
-THREAD = {"user_id": "alice", "agent_name": "coder", "thread_id": "t1"}
+THREAD: ThreadKey = {"user_id": "alice", "agent_name": "coder", "thread_id": "t1"}
 USER_WORDS = "我主要做 Python 后端开发，平时请用中文解释技术问题。"
 
 

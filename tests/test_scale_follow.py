@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def two_indexes(settings: Any, tmp_path: Path, memory_root: Path):  # type: ignore[no-untyped-def]
+def two_indexes(settings: Any, tmp_path: Path, memory_root: Path):
     settings.MEMORY_CHANGE_LOG = True
 
     def on(machine: str) -> None:

@@ -27,7 +27,7 @@ def parsed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     parse = mirror._parse
 
-    def counting(root: str, rel: str, text: str, digest: str) -> tuple[mirror.Scanned, bool]:
+    def counting(root: str, rel: str, text: bytes, digest: str) -> tuple[mirror.Scanned, bool]:
         seen.append(rel)
         return parse(root, rel, text, digest)
 

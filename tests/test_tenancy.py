@@ -159,7 +159,11 @@ def test_a_user_outside_the_key_is_refused_before_the_project_is_looked_at(shop_
 
 
 def mcp_post(key: str, user: str, project: str | None) -> Any:
-    headers = {"HTTP_AUTHORIZATION": f"Bearer {key}", "HTTP_X_MEMORY_USER": user, "HTTP_X_MEMORY_AGENT": "coder"}
+    headers: dict[str, Any] = {
+        "HTTP_AUTHORIZATION": f"Bearer {key}",
+        "HTTP_X_MEMORY_USER": user,
+        "HTTP_X_MEMORY_AGENT": "coder",
+    }
     if project:
         headers["HTTP_X_MEMORY_PROJECT"] = project
     body = {

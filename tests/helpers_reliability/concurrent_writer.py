@@ -19,6 +19,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import django
 
@@ -46,7 +47,14 @@ def _increment(card: Card) -> Card:
 
 def main() -> None:
     mode = sys.argv[1]
-    stats = {"attempted": 0, "committed": 0, "retried": 0, "db_locked": 0, "lock_timeouts": 0, "errors": []}
+    stats: dict[str, Any] = {
+        "attempted": 0,
+        "committed": 0,
+        "retried": 0,
+        "db_locked": 0,
+        "lock_timeouts": 0,
+        "errors": [],
+    }
     if mode in ("seed", "create"):
         ids = []
         for n in range(int(sys.argv[2] if mode == "seed" else sys.argv[3])):
