@@ -51,7 +51,7 @@ def agents(request: HttpRequest) -> HttpResponse:
         "key_form": ApiKeyForm(),
         "new_agent": AgentSettingsForm(prefix="new"),
     }
-    return render(request, "memoryadmin/agents.html", ctx)
+    return render(request, "dashboard/agents.html", ctx)
 
 
 def store_agent_settings(request: HttpRequest, data: dict[str, Any]) -> AgentSettings:
@@ -123,7 +123,7 @@ def api_key_create(request: HttpRequest) -> HttpResponse:
         allowed_users=key.allowed_users,
     )
     # Shown once, in this response only: the database keeps the hash.
-    response = render(request, "memoryadmin/key_created.html", {"key": key, "raw": raw})
+    response = render(request, "dashboard/key_created.html", {"key": key, "raw": raw})
     response["Cache-Control"] = "no-store"
     return response
 

@@ -41,5 +41,5 @@ def audit_log(request: HtmxHttpRequest) -> HttpResponse:
         number = data.get("page")
     ctx = {"form": form, "page": page_of(request, rows, number), "query": query}
     if request.htmx and request.htmx.target == "audit-rows":
-        return render(request, "memoryadmin/audit.html#rows", ctx)
-    return render(request, "memoryadmin/audit.html", ctx)
+        return render(request, "dashboard/audit.html#rows", ctx)
+    return render(request, "dashboard/audit.html", ctx)

@@ -45,7 +45,7 @@ def cached_conflicts() -> tuple[list[Conflict], list[FactCard]]:
 @login_required
 def conflicts(request: HttpRequest) -> HttpResponse:
     found, overdue = cached_conflicts()
-    return render(request, "facts/conflicts.html", {"conflicts": found, "overdue": overdue, "now": timezone.now()})
+    return render(request, "dashboard/conflicts.html", {"conflicts": found, "overdue": overdue, "now": timezone.now()})
 
 
 @login_required

@@ -27,11 +27,11 @@ def export_user(request: HttpRequest) -> HttpResponseBase:
     """
     form = UserIdForm(request.GET)
     if not form.is_valid():  # an id no door accepts (400), or no such person (404)
-        return render(request, "facts/export.html", {"form": form}, status=form.status)
+        return render(request, "dashboard/export.html", {"form": form}, status=form.status)
     user_id = form.cleaned_data["user"]
     if request.method == "GET":
         counts = export.export_counts(user_id)
-        return render(request, "facts/export.html", {"form": form, "user_id": user_id, "counts": counts})
+        return render(request, "dashboard/export.html", {"form": form, "user_id": user_id, "counts": counts})
     # A temp file, not memory: a user with years of turns makes a large archive.
     spool = tempfile.TemporaryFile()  # noqa: SIM115 - FileResponse closes it once sent
     try:

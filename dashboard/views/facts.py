@@ -117,7 +117,7 @@ def fact_list(request: HtmxHttpRequest) -> HttpResponse:
         page = page_of(request, FactCard.objects.none(), 1)
         query = ""
     ctx = {"form": form, "page": page, "query": query, "note": note, "now": timezone.now()}
-    template = "facts/list.html#rows" if request.htmx and request.htmx.target == "fact-rows" else "facts/list.html"
+    template = "dashboard/fact_list.html#rows" if request.htmx and request.htmx.target == "fact-rows" else "dashboard/fact_list.html"
     return render(request, template, ctx)
 
 
@@ -138,7 +138,7 @@ def fact_add(request: HtmxHttpRequest) -> HttpResponse:
                 added = manual.add_fact(fact, actor=actor_of(request), reason=form.cleaned_data.get("reason", ""))
             except (RevisionConflict, LockTimeout, InvalidId) as exc:
                 messages.error(request, f"Not added: {exc}")
-                return render(request, "facts/add.html", {"form": form}, status=409)
+                return render(request, "dashboard/fact_add.html", {"form": form}, status=409)
             if not added.written:
                 messages.info(request, f"Nothing added: the active card {added.fact_id} already says exactly this.")
             elif added.replaced:
@@ -148,11 +148,11 @@ def fact_add(request: HtmxHttpRequest) -> HttpResponse:
             else:
                 messages.success(request, f"Added {added.fact_id}: live now, in the context preview and search.")
             return redirect("fact_detail", fact_id=added.fact_id)
-        return render(request, "facts/add.html", {"form": form}, status=400)
+        return render(request, "dashboard/fact_add.html", {"form": form}, status=400)
     initial = {name: request.GET[name] for name in ("user", "agent", "project") if request.GET.get(name)}
     if initial.get("project") and not initial.get("user"):
         initial["scope"] = "project"
-    return render(request, "facts/add.html", {"form": AddFactForm(initial=initial)})
+    return render(request, "dashboard/fact_add.html", {"form": AddFactForm(initial=initial)})
 
 
 # --- fact detail ------------------------------------------------------------------------
@@ -274,7 +274,7 @@ def fact_detail(request: HtmxHttpRequest, fact_id: str) -> HttpResponse:
         "reason_form": OptionalReasonForm(),
         "now": timezone.now(),
     }
-    return render(request, "facts/detail.html", ctx)
+    return render(request, "dashboard/fact_detail.html", ctx)
 
 
 def correct_form_for(row: FactCard) -> CorrectForm:
@@ -436,7 +436,7 @@ def fact_revert(request: HtmxHttpRequest, fact_id: str, revision: int) -> HttpRe
 def fact_delete(request: HtmxHttpRequest, fact_id: str) -> HttpResponse:
     if request.method == "GET":
         row = fact_or_404(fact_id)
-        return render(request, "facts/delete.html", {"fact": row, "scope": scope_label(row), "form": DeleteForm()})
+        return render(request, "dashboard/fact_delete.html", {"fact": row, "scope": scope_label(row), "form": DeleteForm()})
     row = fact_in_scope(request, fact_id)
     form = DeleteForm(request.POST)
     if not form.is_valid() or form.cleaned_data["confirm"].strip() != row.id:

@@ -118,8 +118,8 @@ def gate_overview(request: HtmxHttpRequest) -> HttpResponse:
         "can_apply": request.user.has_perm(ADMINISTER),
     }
     if request.htmx and request.htmx.target == "agreement":
-        return render(request, "facts/gate.html#agreement", ctx)
-    return render(request, "facts/gate.html", ctx)
+        return render(request, "dashboard/gate.html#agreement", ctx)
+    return render(request, "dashboard/gate.html", ctx)
 
 
 @require_GET
@@ -150,7 +150,7 @@ def gate_backtest(request: HtmxHttpRequest) -> HttpResponse:
         ),
         "can_apply": request.user.has_perm(ADMINISTER),
     }
-    return render(request, "facts/backtest.html", ctx)
+    return render(request, "dashboard/backtest.html", ctx)
 
 
 @login_required
@@ -206,4 +206,4 @@ def injections(request: HtmxHttpRequest) -> HttpResponse:
         "at": at,
         "days": settings.MEMORY_INJECTION_LOG_DAYS,
     }
-    return render(request, "facts/injections.html", ctx)
+    return render(request, "dashboard/injections.html", ctx)

@@ -27,7 +27,7 @@ def index_console(request: HtmxHttpRequest) -> HttpResponse:
         "rebuilds": IndexRebuild.objects.order_by("-created_at")[:10],
         "checks": DriftCheck.objects.order_by("-created_at").defer("report")[:10],
     }
-    return render(request, "memoryadmin/index.html", ctx)
+    return render(request, "dashboard/search_index.html", ctx)
 
 
 @login_required
@@ -72,5 +72,5 @@ def rebuild_progress(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     )
     ctx = {"row": row, "finished": finished, "percent": percent}
     if request.htmx:
-        return render(request, "memoryadmin/rebuild.html#progress", ctx)
-    return render(request, "memoryadmin/rebuild.html", ctx)
+        return render(request, "dashboard/rebuild.html#progress", ctx)
+    return render(request, "dashboard/rebuild.html", ctx)

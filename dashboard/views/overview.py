@@ -193,4 +193,4 @@ def overview(request: HttpRequest) -> HttpResponse:
         "extractor": describe_extractor(),
         "model": model_health(),
     }
-    return render(request, "memoryadmin/overview.html", ctx)
+    return render(request, "dashboard/overview.html", ctx)

@@ -173,5 +173,5 @@ def context_preview(request: HtmxHttpRequest) -> HttpResponse:
     # The form asks for the whole page region (its errors and the result change together);
     # the result alone refreshes itself when facts change.
     if request.htmx and request.htmx.target == "preview-result":
-        return render(request, "retrieval/preview.html#result", ctx)
-    return render(request, "retrieval/preview.html", ctx)
+        return render(request, "dashboard/preview.html#result", ctx)
+    return render(request, "dashboard/preview.html", ctx)

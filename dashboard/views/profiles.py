@@ -73,13 +73,13 @@ def profiles(request: HttpRequest) -> HttpResponse:
         paging = PageForm(request.GET)
         page = page_of(request, users, paging.cleaned_data.get("page") if paging.is_valid() else 1)
         status = pick.status if pick.is_bound else 200
-        return render(request, "facts/profiles.html", {"pick": pick, "page": page}, status=status)
+        return render(request, "dashboard/profiles.html", {"pick": pick, "page": page}, status=status)
     user_id = pick.cleaned_data["user"]
     try:
         profile = get_store().read_profile(user_id)
     except InvalidId as exc:
         pick.add_error("user", str(exc))
-        return render(request, "facts/profiles.html", {"pick": pick, "page": None}, status=400)
+        return render(request, "dashboard/profiles.html", {"pick": pick, "page": None}, status=400)
     initial = {name: profile.section(name).summary for name in PROFILE_SECTIONS}
     form = ProfileForm(initial={**initial, "user": user_id, "revision": profile.revision})
     return render_profile(request, pick, user_id, profile, form)
@@ -102,7 +102,7 @@ def render_profile(
         "user_sections": USER_SECTIONS,
         "history_sections": HISTORY_SECTIONS,
     }
-    return render(request, "facts/profile.html", ctx, status=status)
+    return render(request, "dashboard/profile.html", ctx, status=status)
 
 
 @login_required

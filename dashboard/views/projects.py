@@ -27,7 +27,7 @@ def _page(request: HttpRequest, form: ProjectTenancyForm | None = None, status: 
         "form": form or ProjectTenancyForm(),
         "separator": tenancy.separator(),
     }
-    return render(request, "facts/projects.html", ctx, status=status)
+    return render(request, "dashboard/projects.html", ctx, status=status)
 
 
 @require_GET

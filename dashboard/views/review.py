@@ -111,15 +111,15 @@ def review_queue(request: HtmxHttpRequest) -> HttpResponse:
         "reason_help": list(REASON_HELP.items()),
     }
     if request.htmx and request.htmx.target == "candidate-rows":
-        return render(request, "facts/review_queue.html#rows", ctx)
-    return render(request, "facts/review_queue.html", ctx)
+        return render(request, "dashboard/review_queue.html#rows", ctx)
+    return render(request, "dashboard/review_queue.html", ctx)
 
 
 @require_GET
 @login_required
 def open_count(request: HtmxHttpRequest) -> HttpResponse:
     """The badge in the navigation; refreshed by the `candidatesChanged` event."""
-    return render(request, "facts/review_queue.html#badge", {"open_count": open_candidates().count()})
+    return render(request, "dashboard/review_queue.html#badge", {"open_count": open_candidates().count()})
 
 
 @dataclass
@@ -200,7 +200,7 @@ def candidate_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "dismiss_form": DismissForm(),
         "reviewable": is_reviewable(candidate),
     }
-    return render(request, "facts/candidate.html", ctx)
+    return render(request, "dashboard/candidate.html", ctx)
 
 
 def back(request: HtmxHttpRequest, default: str) -> str:
@@ -230,7 +230,7 @@ def to_page(request: HtmxHttpRequest, url: str) -> HttpResponse:
 def row_response(request: HtmxHttpRequest, candidate: Candidate, default: str) -> HttpResponse:
     if request.htmx:
         candidate = candidate_or_404(candidate.pk)
-        response = render(request, "facts/review_queue.html#row", {"c": candidate, "next": back(request, default)})
+        response = render(request, "dashboard/review_queue.html#row", {"c": candidate, "next": back(request, default)})
         return changed(changed(response, "candidatesChanged"), "factsChanged")
     return redirect(back(request, default))
 
@@ -342,19 +342,19 @@ def bulk_review(request: HtmxHttpRequest) -> HttpResponse:
     reviewer saw: do it, unless the queue changed in between."""
     form = BulkForm(request.POST if request.method == "POST" else request.GET)
     if not form.is_valid():
-        return render(request, "facts/bulk.html", {"form": form, "count": None}, status=400)
+        return render(request, "dashboard/bulk.html", {"form": form, "count": None}, status=400)
     data = form.cleaned_data
     rows = filtered_candidates({**data, "state": data.get("state") or "open"})
     rows = rows.filter(REVIEWABLE)
     count = rows.count()
     if request.method != "POST" or not data.get("confirm"):
         sample = list(rows[:10])
-        return render(request, "facts/bulk.html", {"form": form, "count": count, "sample": sample, "limit": BULK_LIMIT})
+        return render(request, "dashboard/bulk.html", {"form": form, "count": count, "sample": sample, "limit": BULK_LIMIT})
     if data.get("expected") != count:
         messages.error(request, f"The queue changed: {count} candidate(s) match now. Check the dry run again.")
         return render(
             request,
-            "facts/bulk.html",
+            "dashboard/bulk.html",
             {
                 "form": BulkForm(initial={**data, "confirm": False}),
                 "count": count,

@@ -64,8 +64,8 @@ def runs_list(request: HtmxHttpRequest) -> HttpResponse:
         run.verdicts = by_run.get(run.pk, {})
     ctx = {"form": form, "page": page, "query": query_without_page(request.GET)}
     if request.htmx and request.htmx.target == "run-rows":
-        return render(request, "facts/runs.html#rows", ctx)
-    return render(request, "facts/runs.html", ctx)
+        return render(request, "dashboard/runs.html#rows", ctx)
+    return render(request, "dashboard/runs.html", ctx)
 
 
 def _pretty(value: Any) -> str:
@@ -113,7 +113,7 @@ def runs_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         .first(),
         "retry_form": RetryForm(),
     }
-    return render(request, "facts/run.html", ctx)
+    return render(request, "dashboard/run.html", ctx)
 
 
 @login_required

@@ -51,8 +51,8 @@ def search_playground(request: HtmxHttpRequest) -> HttpResponse:
         golden = golden.filter(agent_name=agent)
     ctx["golden"] = golden[:200]
     if request.htmx and request.htmx.target == "search-result":
-        return render(request, "retrieval/search.html#result", ctx)
-    return render(request, "retrieval/search.html", ctx)
+        return render(request, "dashboard/search.html#result", ctx)
+    return render(request, "dashboard/search.html", ctx)
 
 
 @login_required

@@ -120,7 +120,7 @@ def _page(
         "issued": link,
         "linked": linked,
     }
-    return render(request, "memoryadmin/team.html", ctx, status=status)
+    return render(request, "dashboard/team.html", ctx, status=status)
 
 
 @login_required

@@ -48,7 +48,7 @@ def _context(request: HtmxHttpRequest) -> dict[str, Any]:
 def _answer(request: HtmxHttpRequest) -> HttpResponse:
     """htmx: the refreshed table (and a `turnsChanged` event); otherwise back to the page."""
     if request.htmx:
-        response = render(request, "facts/turns.html#rows", _context(request))
+        response = render(request, "dashboard/turns.html#rows", _context(request))
         return changed(response, "turnsChanged")
     return redirect("turn_problems")
 
@@ -58,15 +58,15 @@ def _answer(request: HtmxHttpRequest) -> HttpResponse:
 def turn_problems(request: HtmxHttpRequest) -> HttpResponse:
     ctx = _context(request)
     if request.htmx and request.htmx.target == "turn-rows":
-        return render(request, "facts/turns.html#rows", ctx)
-    return render(request, "facts/turns.html", ctx)
+        return render(request, "dashboard/turns.html#rows", ctx)
+    return render(request, "dashboard/turns.html", ctx)
 
 
 @require_GET
 @login_required
 def turn_badge(request: HtmxHttpRequest) -> HttpResponse:
     """The count in the navigation; refreshed by the `turnsChanged` event."""
-    return render(request, "facts/turns.html#badge", {"problem_count": problem_turns().count()})
+    return render(request, "dashboard/turns.html#badge", {"problem_count": problem_turns().count()})
 
 
 @login_required

@@ -117,8 +117,8 @@ def users_list(request: HtmxHttpRequest) -> HttpResponse:
     rows = _user_rows(data.get("q") or "")
     ctx = {"form": form, "page": page_of(request, rows, data.get("page")), "query": query_without_page(data)}
     if request.htmx and request.htmx.target == "user-rows":
-        return render(request, "facts/users.html#rows", ctx)
-    return render(request, "facts/users.html", ctx)
+        return render(request, "dashboard/users.html#rows", ctx)
+    return render(request, "dashboard/users.html", ctx)
 
 
 def user_or_404(user_id: str) -> str:
@@ -250,7 +250,7 @@ def users_detail(request: HtmxHttpRequest, user_id: str) -> HttpResponse:
         .order_by("-served_at", "-pk")[:RECENT],
         "injection_days": settings.MEMORY_INJECTION_LOG_DAYS,
     }
-    return render(request, "facts/user.html", ctx)
+    return render(request, "dashboard/user.html", ctx)
 
 
 # --- pickers ------------------------------------------------------------------------------
@@ -275,7 +275,7 @@ def pick_users(request: HtmxHttpRequest) -> HttpResponse:
     scope is "signed in"; anonymous requests go to the login page like every page."""
     q = PickForm.of(request.GET, "user")
     options = _matching("user_id", q, (FactCard, Turn, ProfileSection, Candidate))
-    return render(request, "facts/users.html#options", {"options": options})
+    return render(request, "dashboard/users.html#options", {"options": options})
 
 
 @require_GET
@@ -283,4 +283,4 @@ def pick_users(request: HtmxHttpRequest) -> HttpResponse:
 def pick_agents(request: HtmxHttpRequest) -> HttpResponse:
     q = PickForm.of(request.GET, "agent")
     options = _matching("agent_name", q, (FactCard, Turn, Candidate))
-    return render(request, "facts/users.html#options", {"options": options})
+    return render(request, "dashboard/users.html#options", {"options": options})
