@@ -33,7 +33,7 @@ from facts.models import (
     ProfileSection,
     Turn,
 )
-from facts.portability import importer
+from facts.portability import importer, unpack
 from facts.portability.archive import FORMAT
 from facts.portability.export import export_user
 from facts.storage.ids import normalize_id
@@ -453,9 +453,9 @@ def test_it_bounds_what_an_archive_may_unpack_to(
     emptied: tuple[Path, dict[str, bytes]], store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     archive, _ = emptied
-    monkeypatch.setattr(importer, "MAX_TOTAL_BYTES", 10_000)
+    monkeypatch.setattr(unpack, "MAX_TOTAL_BYTES", 10_000)
     _refused(archive, store.root, "more than 10000 bytes")
-    monkeypatch.setattr(importer, "MAX_MEMBERS", 3)
+    monkeypatch.setattr(unpack, "MAX_MEMBERS", 3)
     _refused(archive, store.root, "at most 3 are accepted")
 
 

@@ -14,5 +14,5 @@ card, the profile and every row), and only then is anything written — cards th
 history and index follow as for any other write. A refused archive changes nothing.
 
 `archive` holds what both directions share (the format's names, the history kinds),
-`export` writes an archive, `importer` reads, checks and restores one.
+`export` writes an archive, `unpack` reads and checks one, `importer` restores it.
 """
