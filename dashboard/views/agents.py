@@ -15,7 +15,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.confirm import confirm_first
-from dashboard.forms import AgentSettingsForm, ApiKeyForm
+from dashboard.forms.people import ApiKeyForm
+from dashboard.forms.reading import AgentSettingsForm
 from dashboard.helpers import audit, flash_errors
 from facts.access import ADMINISTER
 from facts.models import AuditEvent, FactCard

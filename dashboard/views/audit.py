@@ -8,7 +8,8 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from dashboard.forms import AuditFilters, day_end, day_start
+from dashboard.forms.common import day_end, day_start
+from dashboard.forms.reading import AuditFilters
 from dashboard.helpers import HtmxHttpRequest, page_of, query_without_page
 from facts.models import AuditEvent
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.confirm import confirm_first
-from dashboard.forms import ResolveForm
+from dashboard.forms.memory import ResolveForm
 from dashboard.helpers import actor_of, changed, fact_or_404
 from dashboard.views.overview import COUNTS_CACHE_SECONDS, counts_version
 from facts.access import CURATE

@@ -10,7 +10,7 @@ from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
 
-from dashboard.forms import UserIdForm
+from dashboard.forms.common import UserIdForm
 from dashboard.helpers import actor_of
 from facts.access import ADMINISTER
 from facts.portability import export

@@ -24,15 +24,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from dashboard.confirm import confirm_first
-from dashboard.forms import (
-    AddFactForm,
-    CorrectForm,
-    DeleteForm,
-    ExpireForm,
-    FactFilters,
-    OptionalReasonForm,
-    ReviewByForm,
-)
+from dashboard.forms.common import OptionalReasonForm
+from dashboard.forms.memory import AddFactForm, CorrectForm, DeleteForm, ExpireForm, FactFilters, ReviewByForm
 from dashboard.helpers import (
     HtmxHttpRequest,
     actor_of,
@@ -117,7 +110,11 @@ def fact_list(request: HtmxHttpRequest) -> HttpResponse:
         page = page_of(request, FactCard.objects.none(), 1)
         query = ""
     ctx = {"form": form, "page": page, "query": query, "note": note, "now": timezone.now()}
-    template = "dashboard/fact_list.html#rows" if request.htmx and request.htmx.target == "fact-rows" else "dashboard/fact_list.html"
+    template = (
+        "dashboard/fact_list.html#rows"
+        if request.htmx and request.htmx.target == "fact-rows"
+        else "dashboard/fact_list.html"
+    )
     return render(request, template, ctx)
 
 
@@ -436,7 +433,9 @@ def fact_revert(request: HtmxHttpRequest, fact_id: str, revision: int) -> HttpRe
 def fact_delete(request: HtmxHttpRequest, fact_id: str) -> HttpResponse:
     if request.method == "GET":
         row = fact_or_404(fact_id)
-        return render(request, "dashboard/fact_delete.html", {"fact": row, "scope": scope_label(row), "form": DeleteForm()})
+        return render(
+            request, "dashboard/fact_delete.html", {"fact": row, "scope": scope_label(row), "form": DeleteForm()}
+        )
     row = fact_in_scope(request, fact_id)
     form = DeleteForm(request.POST)
     if not form.is_valid() or form.cleaned_data["confirm"].strip() != row.id:

@@ -19,7 +19,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.forms import AgreementFilters, BacktestForm, InjectionsForm, ThresholdForm, day_end, day_start
+from dashboard.forms.common import day_end, day_start
+from dashboard.forms.reading import AgreementFilters, BacktestForm, InjectionsForm, ThresholdForm
 from dashboard.helpers import HtmxHttpRequest, actor_of, flash_errors
 from dashboard.views.review import filtered_candidates, with_reason
 from facts.access import ADMINISTER

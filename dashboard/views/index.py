@@ -9,7 +9,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.forms import ReasonOnly
+from dashboard.forms.people import ReasonOnly
 from dashboard.helpers import HtmxHttpRequest, audit
 from dashboard.views.overview import index_health
 from facts.access import CURATE

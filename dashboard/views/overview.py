@@ -19,7 +19,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from dashboard.forms import day_start
+from dashboard.forms.common import day_start
 from facts.enums import CardStatus
 from facts.judging.extraction import ModelStatus, describe_extractor, model_status
 from facts.models import AuditEvent, Candidate, ExtractionRun, FactCard, ProfileSection

@@ -17,7 +17,8 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from dashboard.forms import EraseForm, ForgetThreadForm, UserIdForm
+from dashboard.forms.common import UserIdForm
+from dashboard.forms.people import EraseForm, ForgetThreadForm
 from dashboard.helpers import actor_of, changed
 from dashboard.views.users import user_or_404
 from facts.access import ADMINISTER

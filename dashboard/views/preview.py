@@ -12,7 +12,7 @@ from django.http import HttpResponse, QueryDict
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from dashboard.forms import AgentSettingsForm, PreviewForm
+from dashboard.forms.reading import AgentSettingsForm, PreviewForm
 from dashboard.helpers import HtmxHttpRequest
 from dashboard.views.agents import saved_limits
 from facts.enums import CardStatus, Category

@@ -16,7 +16,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.confirm import confirm_first
-from dashboard.forms import PageForm, ProfileForm, ProfileRevertForm, UserIdForm
+from dashboard.forms.common import PageForm, UserIdForm
+from dashboard.forms.memory import ProfileForm, ProfileRevertForm
 from dashboard.helpers import actor_of, diff_lines, flash_errors, page_of
 from dashboard.labels import section_label
 from facts.access import CURATE

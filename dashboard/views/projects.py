@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.forms import ProjectsFilter, ProjectTenancyForm
+from dashboard.forms.people import ProjectsFilter, ProjectTenancyForm
 from dashboard.helpers import actor_of, page_of, query_without_page
 from facts import tenancy
 from facts.access import ADMINISTER

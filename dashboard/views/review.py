@@ -19,16 +19,8 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from dashboard.forms import (
-    ApproveForm,
-    BulkForm,
-    CandidateFilters,
-    DismissForm,
-    RestoreForm,
-    SelectedForm,
-    day_end,
-    day_start,
-)
+from dashboard.forms.common import day_end, day_start
+from dashboard.forms.memory import ApproveForm, BulkForm, CandidateFilters, DismissForm, RestoreForm, SelectedForm
 from dashboard.helpers import HtmxHttpRequest, actor_of, changed, flash_errors, page_of, query_without_page, said_at_of
 from dashboard.labels import REASON_HELP
 from dashboard.views.overview import open_candidates
@@ -349,7 +341,9 @@ def bulk_review(request: HtmxHttpRequest) -> HttpResponse:
     count = rows.count()
     if request.method != "POST" or not data.get("confirm"):
         sample = list(rows[:10])
-        return render(request, "dashboard/bulk.html", {"form": form, "count": count, "sample": sample, "limit": BULK_LIMIT})
+        return render(
+            request, "dashboard/bulk.html", {"form": form, "count": count, "sample": sample, "limit": BULK_LIMIT}
+        )
     if data.get("expected") != count:
         messages.error(request, f"The queue changed: {count} candidate(s) match now. Check the dry run again.")
         return render(

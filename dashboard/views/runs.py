@@ -14,7 +14,8 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.forms import RetryForm, RunFilters
+from dashboard.forms.people import RetryForm
+from dashboard.forms.reading import RunFilters
 from dashboard.helpers import HtmxHttpRequest, audit, page_of, query_without_page
 from facts import tasks
 from facts.access import CURATE

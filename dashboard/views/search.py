@@ -14,7 +14,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.forms import GoldenCheckForm, GoldenForm, SearchForm
+from dashboard.forms.reading import GoldenCheckForm, GoldenForm, SearchForm
 from dashboard.helpers import HtmxHttpRequest, flash_errors
 from facts.access import CURATE
 from facts.storage.errors import InvalidId

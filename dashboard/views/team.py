@@ -29,7 +29,7 @@ from django.urls import reverse, reverse_lazy
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.forms import AccountForm, AccountStateForm, RoleForm
+from dashboard.forms.people import AccountForm, AccountStateForm, RoleForm
 from dashboard.helpers import actor_of, audit
 from facts.access import ROLES, ensure_roles
 from facts.models import AuditEvent

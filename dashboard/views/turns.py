@@ -13,7 +13,8 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.forms import PageForm, RetryForm
+from dashboard.forms.common import PageForm
+from dashboard.forms.people import RetryForm
 from dashboard.helpers import HtmxHttpRequest, audit, changed, page_of
 from facts import tasks
 from facts.access import CURATE

@@ -24,7 +24,7 @@ from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET
 
-from dashboard.forms import PickForm, UsersFilter
+from dashboard.forms.people import PickForm, UsersFilter
 from dashboard.helpers import HtmxHttpRequest, page_of, query_without_page
 from facts.enums import CardStatus
 from facts.erasure.guard import running_for
