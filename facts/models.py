@@ -338,7 +338,7 @@ class AuditEvent(models.Model):
         TEAM = "team"
         # A project given to a tenant or shared (facts/tenancy.py).
         PROJECT = "project"
-        # A fact a curator wrote by hand (facts/manual.py; its card's source kind is manual).
+        # A fact a curator wrote by hand (facts/curation/manual.py; its card's source kind is manual).
         ADD_FACT = "add_fact"
 
     actor = models.CharField(max_length=150)

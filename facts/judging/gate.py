@@ -3,7 +3,7 @@
 `judge_*` are pure functions of a candidate and the filtered conversation; each returns
 the list of reason codes it failed (empty: accepted). `REASON_CODES` are the stable
 codes the dashboard shows and filters by. Recording a run's candidates and writing the
-accepted ones is `facts.judging.runs`; a reviewer's approve / dismiss is `facts.review`.
+accepted ones is `facts.judging.runs`; a reviewer's approve / dismiss is `facts.curation.review`.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ from facts.storage.profilefile import Profile, Section
 from facts.storage.store import Bucket, Store, get_store
 
 # MEMORY_REVIEW_MODE: `auto` writes accepted candidates at once; `manual` leaves them
-# pending for a reviewer's approval (`facts.review`).
+# pending for a reviewer's approval (`facts.curation.review`).
 REVIEW_AUTO = "auto"
 REVIEW_MANUAL = "manual"
 
