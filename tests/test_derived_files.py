@@ -1,0 +1,52 @@
+"""Derived SQLite files (index, vectors, rate limits) under processes that share them
+(issue 34): nothing this code does may drop another connection's locks or delete a WAL
+that some process still uses, and a file replaced under a running process is noticed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from facts.erasure import scrub
+
+_OPEN_AND_CLOSE = (
+    "import sqlite3, sys\n"
+    "conn = sqlite3.connect(sys.argv[1])\n"
+    "conn.execute('SELECT count(*) FROM t').fetchall()\n"
+    "conn.close()\n"
+)
+
+
+def _live_wal_database(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("CREATE TABLE t (x)")
+    conn.execute("INSERT INTO t VALUES (1)")
+    return conn
+
+
+def test_it_finds_sqlite_files_without_dropping_the_locks_this_process_holds(tmp_path: Path) -> None:
+    db = tmp_path / ".retrieval" / "index.sqlite3"
+    db.parent.mkdir()
+    (tmp_path / "card.md").write_text("---\nid: x\n---\nnot a database\n")
+    (tmp_path / "notes.txt").write_text("not a database either")
+    conn = _live_wal_database(db)
+    wal = Path(f"{db}-wal")
+    before = wal.stat().st_ino
+
+    assert scrub.sqlite_files(tmp_path) == [db]
+    # Another process opens and closes the database. Its close deletes the WAL only when
+    # it is the last connection: this process's must still count.
+    subprocess.run([sys.executable, "-c", _OPEN_AND_CLOSE, str(db)], check=True, timeout=60)
+
+    assert wal.exists() and wal.stat().st_ino == before, "the WAL this process uses was deleted"
+    conn.execute("INSERT INTO t VALUES (2)")
+    assert subprocess.run(
+        [sys.executable, "-c", "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT count(*) FROM t').fetchone()[0])", str(db)],
+        check=True, capture_output=True, text=True, timeout=60,
+    ).stdout.strip() == "2", "another process does not see this one's writes"  # fmt: skip
+    conn.close()
