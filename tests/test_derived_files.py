@@ -50,3 +50,20 @@ def test_it_finds_sqlite_files_without_dropping_the_locks_this_process_holds(tmp
         check=True, capture_output=True, text=True, timeout=60,
     ).stdout.strip() == "2", "another process does not see this one's writes"  # fmt: skip
     conn.close()
+
+
+def test_the_rate_limit_counts_in_the_file_that_is_there_now(tmp_path: Path, settings) -> None:
+    from memoryadmin import ratelimit
+
+    settings.API_RATE_LIMIT_DB = str(tmp_path / "ratelimit.sqlite3")
+    ratelimit._local.connections = {}
+    assert [ratelimit.count("hits", "k", 1) for _ in range(3)] == [1, 2, 3]
+    # Deleted by hand (or by a restore) while this process keeps counting: the next
+    # count goes to the new file, where every other process counts too.
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{settings.API_RATE_LIMIT_DB}{suffix}").unlink(missing_ok=True)
+    assert ratelimit.count("hits", "k", 1) == 1
+    other = sqlite3.connect(settings.API_RATE_LIMIT_DB)
+    assert other.execute("SELECT n FROM hits WHERE key = 'k'").fetchall() == [(1,)]
+    other.close()
+    ratelimit._local.connections = {}
