@@ -345,6 +345,9 @@ ADMIN_PASSWORD = env_str("ADMIN_PASSWORD", "admin")
 # files, MEMORY_ROOT/.retrieval. With several machines on a shared file root it must be a
 # machine-local directory (SQLite on a network filesystem is unsafe); `doctor` checks it.
 MEMORY_INDEX_DIR = env_str("MEMORY_INDEX_DIR", "")
+# A missing, corrupt or outdated index is rebuilt from the files in the background (issue
+# 34); a read waits for it at most this long, then answers 503 (never an empty result).
+MEMORY_INDEX_WAIT_SECONDS = env_float("MEMORY_INDEX_WAIT_SECONDS", 2.0)
 _ON_POSTGRES = DATABASES["default"]["ENGINE"].endswith("postgresql")
 # Every card write appends to an ordered change log in the database, which each machine's
 # worker follows to keep its local index in step (retrieval/follow.py).

@@ -18,9 +18,9 @@ scored by brute force, one small matrix product, no vector index needed.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
+import os
 import sqlite3
 import threading
 from collections import OrderedDict
@@ -32,8 +32,10 @@ from typing import Any
 
 import numpy as np
 from django.conf import settings
+from filelock import FileLock
 
-from facts.atomic import create_private_file
+from facts import sqlitegen
+from facts.atomic import PRIVATE_FILE_MODE
 
 from . import query_encoder
 from .query_encoder import QueryEncoder
@@ -185,26 +187,44 @@ def from_blobs(blobs: Sequence[bytes]) -> np.ndarray:
 # --- the cache file -------------------------------------------------------------------
 
 
-def attach(conn: sqlite3.Connection, folder: Path) -> None:
-    """Attach the vector cache to an index connection as ``vc`` (created on first use).
-    A corrupt cache is deleted and started afresh: it only holds derived data."""
-    path = folder / VECTORS_FILE
+def attach(conn: sqlite3.Connection, folder: Path) -> Path:
+    """Attach the vector cache to an index connection as ``vc`` and return the file it
+    attached (the link ``vectors.sqlite3`` names a generation, `facts.sqlitegen`). A
+    missing cache is created; an unreadable one is replaced by a new, empty generation
+    (it only holds derived data), never deleted under the processes that use it."""
+    link = folder / VECTORS_FILE
+    replacing: Path | None = None
     for attempt in range(2):
-        create_private_file(path)
-        conn.execute("ATTACH DATABASE ? AS vc", (str(path),))
+        path = _current_cache(link, replacing=replacing)
+        conn.execute("ATTACH DATABASE ? AS vc", (f"{Path(os.path.abspath(path)).as_uri()}?mode=rw",))
         try:
             conn.execute("PRAGMA vc.journal_mode=WAL")
             conn.executescript(_SCHEMA)
             conn.execute("SELECT hash FROM vc.vectors LIMIT 1").fetchall()
-            return
+            return path
         except sqlite3.DatabaseError as exc:
             conn.execute("DETACH DATABASE vc")
             if attempt or "locked" in str(exc).lower() or "busy" in str(exc).lower():
                 raise
-            log.warning("vector cache %s is unreadable (%s): starting it afresh", path, exc)
-            for suffix in ("", "-wal", "-shm"):
-                with contextlib.suppress(FileNotFoundError):
-                    (folder / f"{VECTORS_FILE}{suffix}").unlink()
+            log.warning("vector cache %s is unreadable (%s): starting a new one", path, exc)
+            replacing = path
+    raise AssertionError("unreachable")
+
+
+def _current_cache(link: Path, *, replacing: Path | None = None) -> Path:
+    """The cache file `link` names; a new generation when there is none, or when it
+    still names `replacing` (an unreadable one)."""
+    current = sqlitegen.target(link)
+    if current is not None and current != replacing:
+        return current
+    # One process makes the new one; another that wanted to uses it.
+    with FileLock(str(link.parent / "vectors.lock"), timeout=60, mode=PRIVATE_FILE_MODE):
+        current = sqlitegen.target(link)
+        if current is not None and current != replacing:
+            return current
+        fresh = sqlitegen.fresh(link)
+        sqlitegen.publish(link, fresh)
+        return fresh
 
 
 def _chunks(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:

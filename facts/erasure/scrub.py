@@ -16,6 +16,8 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
+from .. import sqlitegen
+
 log = logging.getLogger(__name__)
 
 # Files that are never SQLite databases: cards, profiles, lock files, temp files of
@@ -100,6 +102,16 @@ def scrub_sqlite(path: Path, *, timeout: float = 30.0) -> dict[str, Any]:
     }
 
 
+def sweep_generations(folder: Path) -> list[Path]:
+    """Delete the superseded generations of every derived file under `folder`
+    (`facts.sqlitegen`): they still hold what the erasure removed from the current ones,
+    and no process opens them again."""
+    removed = []
+    for link in sqlitegen.links_under(folder):
+        removed += sqlitegen.sweep(link)
+    return removed
+
+
 def _django_sqlite_file() -> Path | None:
     if connection.vendor != "sqlite":
         return None
@@ -114,11 +126,14 @@ def scrub_bytes(root: Path) -> list[dict[str, Any]]:
     """`scrub_sqlite` on every SQLite file under MEMORY_ROOT and on Django's SQLite DB.
     PostgreSQL keeps dead tuples until (auto)vacuum: see docs/operations.md "Erasure and export"."""
     done = []
-    targets = sqlite_files(Path(root))
     # A machine-local search index (MEMORY_INDEX_DIR, docs/scaling.md) is outside the root.
     local_index = getattr(settings, "MEMORY_INDEX_DIR", "")
-    if local_index and Path(local_index).is_dir():
-        targets += [path for path in sqlite_files(Path(local_index)) if path not in targets]
+    folders = [Path(root)] + ([Path(local_index)] if local_index and Path(local_index).is_dir() else [])
+    for folder in folders:
+        sweep_generations(folder)
+    targets = sqlite_files(Path(root))
+    if len(folders) > 1:
+        targets += [path for path in sqlite_files(folders[1]) if path not in targets]
     db = _django_sqlite_file()
     if db is not None and db not in targets:
         targets.append(db)
