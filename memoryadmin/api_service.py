@@ -29,7 +29,7 @@ from facts import audit, injections, writer
 from facts.cardfile import now_utc
 from facts.enums import CardStatus
 from facts.errors import InvalidId
-from facts.ids import check_fact_id, normalize_agent
+from facts.ids import DEFAULT_AGENT, check_fact_id, normalize_agent
 from facts.injections import Served
 from facts.models import AuditEvent, Candidate, FactCard, FactUsage, Injection, Turn
 from facts.queue import queue_turn
@@ -94,6 +94,52 @@ def _writer_slot() -> Iterator[None]:
 
 
 # --- read: context and search ------------------------------------------------------
+
+# Agents found known, per process: a name once known stays known (its turns and cards
+# are not what makes it go away; an erasure of a user leaves the agent's other users).
+_known_agents: set[str] = set()
+_KNOWN_AGENTS_MAX = 10_000
+
+
+def agent_known(agent_name: str, key: Any = None) -> bool:
+    """Whether `/context` and `/search` know this agent: the default bucket, an agent
+    some key is limited to, one with settings (the Agents page), or one that has sent a
+    turn or holds a card (each an indexed lookup). A new agent is known from its first
+    turn; before it, its reads say "unknown agent" and the clients read that as no
+    memory yet."""
+    if agent_name == DEFAULT_AGENT or agent_name in _known_agents:
+        return True
+    from retrieval.models import AgentSettings
+
+    known = (
+        bool(key is not None and agent_name in (key.allowed_agents or []))
+        or AgentSettings.objects.filter(agent_name=agent_name).exists()
+        or Turn.objects.filter(agent_name=agent_name).exists()
+        or FactCard.objects.filter(agent_name=agent_name).exists()
+    )
+    if known and len(_known_agents) < _KNOWN_AGENTS_MAX:
+        _known_agents.add(agent_name)
+    return known
+
+
+def health() -> dict[str, Any]:
+    """What `GET /api/v1/health` answers: whether memory can be served now (the database
+    answers, the search index is ready), and if not, why."""
+    from retrieval.indexdb import status
+
+    body: dict[str, Any] = {"status": "ok"}
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        body["database"] = "ok"
+    except Exception as exc:
+        body["status"] = "unavailable"
+        body["database"] = f"{exc.__class__.__name__}: {exc}"
+    index = status()
+    body["index"] = index
+    if index.get("state") != "ready":
+        body["status"] = "unavailable"
+    return body
 
 
 def serve_context(

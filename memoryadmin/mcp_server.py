@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field
 from facts.enums import Category
 from facts.erasure.guard import ErasureInProgress
 from facts.turns import TurnRejected, clean_turn
+from retrieval.indexdb import IndexUnavailable
 
 from . import api_service
 
@@ -148,6 +149,8 @@ def build_server(identify: Identify) -> MCPServer:
         identity = who(ctx)
         try:
             hits = api_service.serve_search(identity.scope, query, limit=limit, door="mcp")
+        except IndexUnavailable as exc:
+            raise ToolError(exc.message) from None
         finally:
             close_old_connections()
         return SearchResult(results=[SearchHit.model_validate(hit) for hit in hits])
@@ -165,6 +168,8 @@ def build_server(identify: Identify) -> MCPServer:
         identity = who(ctx)
         try:
             body = api_service.serve_context(identity.scope, mode=mode, door="mcp")
+        except IndexUnavailable as exc:
+            raise ToolError(exc.message) from None
         finally:
             close_old_connections()
         return ContextResult.model_validate(body)
