@@ -268,6 +268,11 @@ MEMORY_MAX_CANDIDATES_PER_RUN = env_int("MEMORY_MAX_CANDIDATES_PER_RUN", 100)
 MEMORY_DEBOUNCE_SECONDS = env_float("MEMORY_DEBOUNCE_SECONDS", 30.0)
 # How long a process waits for another one's per-user lock before giving up.
 MEMORY_LOCK_TIMEOUT = env_float("MEMORY_LOCK_TIMEOUT", 30.0)
+# The largest card file (bytes) written, read, imported or indexed (issue 34; facts/fileread.py);
+# a profile may be 16 times that. And how long one memory file's read may take before a
+# scan, check or rebuild reports it ("did not answer") and goes on.
+MEMORY_MAX_CARD_BYTES = env_int("MEMORY_MAX_CARD_BYTES", 65536)
+MEMORY_FILE_READ_TIMEOUT = env_float("MEMORY_FILE_READ_TIMEOUT", 10.0)
 
 # The extraction model: any server that speaks the OpenAI chat-completions protocol.
 MEMORY_LLM_MODEL = env_str("MEMORY_LLM_MODEL", "gpt-4o-mini")
@@ -324,12 +329,18 @@ MEMORY_INJECTION_LOG_DAYS = env_int("MEMORY_INJECTION_LOG_DAYS", 30)
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES * 2
 # MCP (memoryadmin/mcp_server.py): how long memory_remember waits for the worker's
 # verdicts before answering "pending".
-MCP_REMEMBER_WAIT_SECONDS = env_float("MCP_REMEMBER_WAIT_SECONDS", 5.0)
+MCP_REMEMBER_WAIT_SECONDS = env_float("MCP_REMEMBER_WAIT_SECONDS", 2.0)
+# How many memory_remember calls of one API key may wait for the worker at once (per
+# server process); more answer `pending` at once (issue 34; memoryadmin/mcp_server.py).
+MCP_REMEMBER_WAITS_PER_KEY = env_int("MCP_REMEMBER_WAITS_PER_KEY", 2)
 
 # The web server `manage.py serve` (and so `make run`) starts: waitress, see docs/operations.md
 # "Web server". Idle and half-sent connections cost a socket, not a thread.
 WEB_THREADS = env_int("WEB_THREADS", 8)
 WEB_CONNECTION_LIMIT = env_int("WEB_CONNECTION_LIMIT", 1000)
+# Open connections one client address may hold (0: no limit); off behind WEB_TRUSTED_PROXY,
+# where every connection is the proxy's and the proxy limits each client (issue 34).
+WEB_CONNECTIONS_PER_ADDRESS = env_int("WEB_CONNECTIONS_PER_ADDRESS", 250)
 # seconds a connection may stay silent (also between a slow client's bytes) before it is closed
 WEB_CHANNEL_TIMEOUT = env_int("WEB_CHANNEL_TIMEOUT", 60)
 WEB_MAX_REQUEST_BODY_BYTES = env_int("WEB_MAX_REQUEST_BODY_BYTES", API_MAX_BODY_BYTES * 4)

@@ -26,6 +26,7 @@ from django.db import connection, models
 from .. import writer
 from ..cardfile import Card, parse_card
 from ..errors import CardParseError, InvalidId
+from ..fileread import too_large
 from ..ids import normalize_id
 from ..models import (
     AuditEvent,
@@ -224,6 +225,8 @@ def _parse(user_id: str, manifest: dict[str, Any], contents: dict[str, bytes]) -
             raise ImportRefused(f"{name}: not a place this archive may write (only this user's folder)")
         if user_card is not None and user_card.group(1) != folder:
             raise ImportRefused(f"{name}: outside this user's folder users/{folder}/")
+        if problem := too_large(len(data)):
+            raise ImportRefused(f"{name}: {problem}")
         try:
             card = parse_card(_text(name, data), Path(name))
         except CardParseError as exc:
