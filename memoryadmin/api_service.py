@@ -95,11 +95,6 @@ def _writer_slot() -> Iterator[None]:
 
 # --- read: context and search ------------------------------------------------------
 
-# Agents found known, per process: a name once known stays known (its turns and cards
-# are not what makes it go away; an erasure of a user leaves the agent's other users).
-_known_agents: set[str] = set()
-_KNOWN_AGENTS_MAX = 10_000
-
 
 def agent_known(agent_name: str, key: Any = None) -> bool:
     """Whether `/context` and `/search` know this agent: the default bucket, an agent
@@ -107,19 +102,18 @@ def agent_known(agent_name: str, key: Any = None) -> bool:
     turn or holds a card (each an indexed lookup). A new agent is known from its first
     turn; before it, its reads say "unknown agent" and the clients read that as no
     memory yet."""
-    if agent_name == DEFAULT_AGENT or agent_name in _known_agents:
+    if agent_name == DEFAULT_AGENT or (key is not None and agent_name in (key.allowed_agents or [])):
         return True
     from retrieval.models import AgentSettings
 
-    known = (
-        bool(key is not None and agent_name in (key.allowed_agents or []))
-        or AgentSettings.objects.filter(agent_name=agent_name).exists()
-        or Turn.objects.filter(agent_name=agent_name).exists()
+    # Asked of the database every time (an indexed lookup each, ~0.1 ms), not remembered
+    # in the process: every server must give the same answer, also after an erasure
+    # removed the last turn and card of an agent.
+    return (
+        Turn.objects.filter(agent_name=agent_name).exists()
         or FactCard.objects.filter(agent_name=agent_name).exists()
+        or AgentSettings.objects.filter(agent_name=agent_name).exists()
     )
-    if known and len(_known_agents) < _KNOWN_AGENTS_MAX:
-        _known_agents.add(agent_name)
-    return known
 
 
 def health() -> dict[str, Any]:
