@@ -108,6 +108,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     # The styled 404 with DEBUG on too (after CommonMiddleware: its slash redirect first).
     "dashboard.views.errors.StyledNotFound",
+    # A page reading the search index while it is rebuilt: 503 and why (issue 34).
+    "dashboard.views.errors.IndexUnavailablePage",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",

@@ -578,23 +578,29 @@ def _unavailable_message(path: Path, reason: str) -> str:
     return f"the search index is {reason}: it is being rebuilt from the files; retry in a few seconds"
 
 
-def status() -> dict[str, object]:
-    """The index as a health check sees it: ``ready``, or why not and whether a rebuild
-    is running (never waits, never builds in the caller)."""
+def status(*, rebuild: bool = True) -> dict[str, object]:
+    """The index as a health check sees it: ``ready`` (with its card count), or why
+    not and whether a rebuild is running. Never waits; with `rebuild` it starts the
+    background rebuild a reader would (the web server's health check), without it a
+    check only looks (`doctor`)."""
     path = index_path()
-    try:
-        count = int(connection(wait=0).execute("SELECT value FROM stats WHERE name = 'docs'").fetchone()[0])
-    except IndexUnavailable as exc:
+    opened = _try_open(path)
+    if isinstance(opened, str):
+        if rebuild:
+            request_rebuild(path, opened)
         failed = _failures.get(path)
         return {
-            "state": exc.reason,
+            "state": opened,
             "rebuilding": rebuilding(path),
-            "message": exc.message,
+            "message": _unavailable_message(path, opened),
             **({"last_error": failed[1]} if failed else {}),
         }
-    except TypeError:
-        count = 0
-    return {"state": "ready", "cards": count}
+    conn = opened[0]
+    try:
+        row = conn.execute("SELECT value FROM stats WHERE name = 'docs'").fetchone()
+    finally:
+        conn.close()
+    return {"state": "ready", "cards": int(row[0]) if row else 0}
 
 
 def _retrying(action: Callable[[sqlite3.Connection], object], *, writing: bool = False) -> object:

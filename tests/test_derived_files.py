@@ -30,15 +30,16 @@ def _live_wal_database(path: Path) -> sqlite3.Connection:
 
 
 def test_it_finds_sqlite_files_without_dropping_the_locks_this_process_holds(tmp_path: Path) -> None:
-    db = tmp_path / ".retrieval" / "index.sqlite3"
-    db.parent.mkdir()
-    (tmp_path / "card.md").write_text("---\nid: x\n---\nnot a database\n")
-    (tmp_path / "notes.txt").write_text("not a database either")
+    root = tmp_path / "root"
+    db = root / ".retrieval" / "index.sqlite3"
+    db.parent.mkdir(parents=True)
+    (root / "card.md").write_text("---\nid: x\n---\nnot a database\n")
+    (root / "notes.txt").write_text("not a database either")
     conn = _live_wal_database(db)
     wal = Path(f"{db}-wal")
     before = wal.stat().st_ino
 
-    assert scrub.sqlite_files(tmp_path) == [db]
+    assert scrub.sqlite_files(root) == [db]
     # Another process opens and closes the database. Its close deletes the WAL only when
     # it is the last connection: this process's must still count.
     subprocess.run([sys.executable, "-c", _OPEN_AND_CLOSE, str(db)], check=True, timeout=60)

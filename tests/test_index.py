@@ -245,3 +245,15 @@ def test_the_wal_is_checkpointed_once_writes_pause(make_card, monkeypatch: pytes
     while not checkpoints and time.monotonic() < deadline:
         time.sleep(0.05)
     assert checkpoints and checkpoints[0] - last_write >= 0.2 and checkpoints[0] > started
+
+
+def test_a_dashboard_page_reading_a_missing_index_says_so_with_503(make_card, settings, admin_client_) -> None:
+    save_card(make_card(content="User prefers dark mode"), actor="t")
+    index.connection()
+    index.reset()
+    shutil.rmtree(index.index_path().parent)
+    settings.MEMORY_INDEX_WAIT_SECONDS = 0
+    page = admin_client_.get("/search/", {"user": "alice", "agent": "coder", "q": "dark mode"})
+    assert page.status_code == 503 and page["Retry-After"] == "5"
+    assert "it is being rebuilt from the files" in page.content.decode()
+    index.wait_for_rebuilds()
