@@ -384,7 +384,10 @@ def _try_open(path: Path) -> tuple[sqlite3.Connection, tuple[int, int] | None, t
             _bad.add(ident)
             return "corrupt"
         raise
-    return conn, ident, sqlitegen.identity(vectors_link(path))
+    # The cache file this connection attached (another process may replace the link
+    # between the attach and a look at it).
+    attached = next((row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "vc"), "")
+    return conn, ident, sqlitegen.identity(Path(attached)) if attached else None
 
 
 def connection(*, wait: float | None = None, writing: bool = False) -> sqlite3.Connection:
