@@ -11,12 +11,19 @@ import pytest
 from django.test import Client
 
 from facts.writer import save_card
+from memoryadmin import api_service
 from memoryadmin.client import MemoryClient
 from memoryadmin.memory_protocol import MemoryContext
 from memoryadmin.models import ApiKey
 from retrieval.models import AgentSettings
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("memoryadmin.api_root_urls")]
+
+
+@pytest.fixture(autouse=True)
+def _no_agent_remembered() -> None:
+    """Known agents are remembered for a while per process: not from another test."""
+    api_service._known_agents.clear()
 
 
 @pytest.fixture
