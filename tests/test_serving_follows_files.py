@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import socket
 import statistics
@@ -281,3 +282,31 @@ def test_one_address_cannot_take_every_connection(live: Live) -> None:
         time.sleep(1)
         seconds, status = _get_from("127.0.0.2", port)
     assert status == "HTTP/1.1 200 OK" and seconds < 2, (status, seconds)
+
+
+def test_a_fifo_in_place_of_a_card_never_hangs_the_worker(live: Live) -> None:
+    """ "Check drift now" with a FIFO where a card was (a hung mount stands in the same
+    way): the worker finishes the check, names the file, and goes on extracting turns."""
+    url = live.serve()
+    live.start_worker()
+    live.remember(url, "alice", FACTS["alice"][0])
+    live.wait_for_the_worker()
+    [card] = live.cards("alice")
+    path = next(live.root.rglob(f"{card.id}.md"))
+    path.unlink()
+    os.mkfifo(path)
+    with live.curator(url) as web:
+        live.post_form(web, "/index/", "/index/check/", {})
+    code = (
+        "from memoryadmin.models import DriftCheck\n"
+        "check = DriftCheck.objects.order_by('-pk').first()\n"
+        "print(check.status, [u['path'] + ': ' + u['error'] for u in (check.report or {}).get('unreadable', [])])"
+    )
+    deadline = time.monotonic() + 120
+    while not (said := live.env.django(code).strip().splitlines()[-1]).startswith("done"):
+        assert time.monotonic() < deadline, f"the worker did not finish the drift check: {said}"
+        time.sleep(0.5)
+    assert f"{path.relative_to(live.root)}: not a regular file (a FIFO)" in said
+    live.remember(url, "bob", FACTS["bob"][0])
+    live.wait_for_the_worker(timeout=120)
+    assert len(live.cards("bob")) == 1
