@@ -618,5 +618,7 @@ def _retrying(action: Callable[[sqlite3.Connection], object], *, writing: bool =
         handle: _Handle | None = getattr(_local, "handle", None)
         if handle is not None and handle.ident is not None:
             _bad.add(handle.ident)
+            if handle.vident is not None:
+                vectors.bad.add(handle.vident)
         _close_handle()
         return action(connection(writing=writing))

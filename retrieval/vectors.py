@@ -215,10 +215,18 @@ def attach(conn: sqlite3.Connection, folder: Path) -> Path:
     raise AssertionError("unreachable")
 
 
+# Cache generations this process found corrupt under a query (set by
+# `retrieval.indexdb._retrying`: a corruption error does not say which attached file it
+# came from, so the index's rebuild replaces the cache too).
+bad: set[tuple[int, int]] = set()
+
+
 def _current_cache(link: Path, *, replacing: Path | None = None) -> Path:
-    """The cache file `link` names; a new generation when there is none, or when it
-    still names `replacing` (an unreadable one)."""
+    """The cache file `link` names; a new generation when there is none, when it still
+    names `replacing` (an unreadable one), or one found corrupt."""
     current = sqlitegen.target(link)
+    if current is not None and sqlitegen.identity(current) in bad:
+        replacing = current
     if current is not None and current != replacing:
         return current
     # One process makes the new one; another that wanted to uses it.
