@@ -89,9 +89,10 @@ def publish(link: Path, generation: Path) -> None:
 
 
 def superseded(link: Path) -> list[Path]:
-    """Files of `link` that no process opens any more: its generations other than the
+    """Files of `link` that no process opens any more: its generations older than the
     current one (with their WAL and shared memory), and the WAL and shared memory left
-    by a plain file that a link replaced."""
+    by a plain file that a link replaced. A newer generation is left alone: one being
+    built (or published a moment ago, after the link was read here)."""
     folder = link.parent
     if not link.is_symlink():
         return []
@@ -104,7 +105,9 @@ def superseded(link: Path) -> list[Path]:
             # index.sqlite3-wal under a link: SQLite names the WAL after the target, so
             # this one was a plain file's, before the link replaced it.
             leftover = base == link.name and base != name
-            if leftover or (is_generation_of(link, base) and base != current):
+            # Generation names sort by their making (`fresh`: the time comes first).
+            older = is_generation_of(link, base) and base < current
+            if leftover or older:
                 found.append(folder / name)
     return sorted(found)
 

@@ -68,3 +68,21 @@ def test_the_rate_limit_counts_in_the_file_that_is_there_now(tmp_path: Path, set
     assert other.execute("SELECT n FROM hits WHERE key = 'k'").fetchall() == [(1,)]
     other.close()
     ratelimit._local.connections = {}
+
+
+def test_a_sweep_removes_older_generations_and_never_the_current_or_a_newer_one(tmp_path: Path) -> None:
+    from facts import sqlitegen
+
+    link = tmp_path / "index.sqlite3"
+    old, current = sqlitegen.fresh(link), sqlitegen.fresh(link)
+    sqlitegen.publish(link, current)
+    building = sqlitegen.fresh(link)  # a rebuild under way: not published yet
+    Path(f"{old}-wal").write_bytes(b"")
+    Path(f"{current}-wal").write_bytes(b"")
+    (tmp_path / "index.sqlite3-shm").write_bytes(b"")  # left by the plain file a link replaced
+
+    removed = sqlitegen.sweep(link)
+
+    assert sorted(removed) == sorted([old, Path(f"{old}-wal"), tmp_path / "index.sqlite3-shm"])
+    assert current.exists() and Path(f"{current}-wal").exists() and building.exists()
+    assert sqlitegen.target(link) == current
