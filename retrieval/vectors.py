@@ -35,7 +35,8 @@ from django.conf import settings
 
 from facts.atomic import create_private_file
 
-from . import query_encoder
+from . import card_encoder, query_encoder
+from .card_encoder import CardEncoder
 from .query_encoder import QueryEncoder
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,10 @@ _model_lock = threading.Lock()
 # None when the package's internals do not allow it.
 _NOT_YET = object()
 _single: Any = _NOT_YET
+# The batch path for card texts (`card_encoder`): made on the first `embed`, not with the
+# model (a process that only serves queries never needs it). None when the package's
+# internals do not allow it.
+_batch: Any = _NOT_YET
 
 
 def model() -> Any:
@@ -117,6 +122,16 @@ def _one_text() -> QueryEncoder | None:
     return _single  # type: ignore[no-any-return]
 
 
+def _card_path() -> CardEncoder | None:
+    global _batch
+    if _batch is _NOT_YET:
+        encoder = model()
+        with _model_lock:
+            if _batch is _NOT_YET:
+                _batch = card_encoder.for_model(encoder)
+    return _batch  # type: ignore[no-any-return]
+
+
 def warm(*, queries: bool = False) -> None:
     """Load the model now (at start-up, before forking workers); with `queries`, the
     one-text path for queries too (a process that serves searches)."""
@@ -131,7 +146,8 @@ def embed(texts: Sequence[str]) -> np.ndarray:
     if not texts:
         return np.zeros((0, DIM), dtype=np.float32)
     try:
-        out = np.asarray(model().encode(list(texts)), dtype=np.float32)
+        batch = _card_path()
+        out = np.asarray((batch or model()).encode(list(texts)), dtype=np.float32)
     except EmbeddingUnavailable:
         raise
     except Exception as exc:

@@ -1,0 +1,101 @@
+"""Cards are embedded through `retrieval.card_encoder`'s batch path: the package's
+vectors with the per-token part computed once per distinct token (issue 39)."""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+
+from retrieval import card_encoder, vectors
+
+TEXTS = [
+    "User prefers concise answers with code examples",
+    "用户偏好用中文解释技术问题",
+    "用户的 PostgreSQL 版本是 16",
+    "x",
+    "",
+    "   ",
+    "?!…",
+    "😀 emoji 🚀 and 数据库",
+    "The user likes oolong tea. The user likes oolong tea. The user likes oolong tea.",
+    # Longer than a micro-batch on its own.
+    "Deploys the service with blue-green switches on Kubernetes; logs go to Grafana Loki. " * 80,
+    "㳳襤㳎 rare characters 鿧鿗",
+]
+
+
+def _package_vectors(texts: list[str]) -> np.ndarray:
+    out = np.asarray(vectors.model().encode(texts), dtype=np.float32)
+    return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+def test_it_gives_the_packages_vectors(embeddings: None) -> None:
+    path = card_encoder.for_model(vectors.model())
+    assert path is not None
+    got = path.encode(TEXTS)
+    assert got.dtype == np.float32 and got.shape == (len(TEXTS), vectors.DIM)
+    assert float(np.max(np.abs(got - _package_vectors(TEXTS)))) <= 1e-5
+
+
+def test_a_batch_of_many_texts_spanning_micro_batches_gives_each_its_own_vector(embeddings: None) -> None:
+    rng = random.Random(39)
+    words = "user prefers the tea deploys service logs 用户 喜欢 乌龙茶 部署 服务 日志 时区".split()
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 30))) for _ in range(300)]
+    path = card_encoder.for_model(vectors.model())
+    assert path is not None
+    together = path.encode(texts)
+    assert float(np.max(np.abs(together - _package_vectors(texts)))) <= 1e-5
+    # A text's vector does not depend on the batch it came in.
+    alone = np.stack([path.encode([text])[0] for text in texts[:20]])
+    assert float(np.max(np.abs(together[:20] - alone))) <= 1e-5
+    assert path.encode([]).shape == (0, vectors.DIM)
+
+
+def test_cards_are_embedded_on_the_batch_path(embeddings: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert vectors._card_path() is not None  # made (and checked) before counting
+    seen: list[list[str]] = []
+    real = card_encoder.CardEncoder.encode
+
+    def counting(self: card_encoder.CardEncoder, texts: list[str]) -> np.ndarray:
+        seen.append(list(texts))
+        return real(self, texts)
+
+    monkeypatch.setattr(card_encoder.CardEncoder, "encode", counting)
+    out = vectors.embed(["User prefers tea", "用户喜欢乌龙茶"])
+    assert seen == [["User prefers tea", "用户喜欢乌龙茶"]]
+    assert float(np.max(np.abs(out - _package_vectors(["User prefers tea", "用户喜欢乌龙茶"])))) <= 1e-5
+
+
+class _Changed:
+    """A package whose internals moved: same `encode`, no `_model`."""
+
+    def __init__(self, real: Any) -> None:
+        self.encode = real.encode
+
+
+def test_a_changed_package_falls_back_to_its_own_encode(
+    embeddings: None, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="retrieval.card_encoder"):
+        assert card_encoder.for_model(_Changed(vectors.model())) is None
+    assert "package's own encode" in caplog.text
+    vectors.model()
+    monkeypatch.setattr(vectors, "_batch", None)
+    out = vectors.embed(["用户在哪个时区"])
+    assert float(np.max(np.abs(out - _package_vectors(["用户在哪个时区"])))) <= 1e-6
+
+
+def test_a_batch_path_whose_vectors_differ_is_not_used(
+    embeddings: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    real = card_encoder.CardEncoder.encode
+    monkeypatch.setattr(
+        card_encoder.CardEncoder, "encode", lambda self, texts: real(self, [t + " drift" for t in texts])
+    )
+    with caplog.at_level(logging.WARNING, logger="retrieval.card_encoder"):
+        assert card_encoder.for_model(vectors.model()) is None
+    assert "differ from the package's" in caplog.text
