@@ -455,12 +455,37 @@ def on_cards_changed(written: Sequence[Card], deleted: Sequence[Card]) -> None:
 # --- rebuild and drift ------------------------------------------------------------------
 
 
+def embed_ahead(snap: FileSnapshot, *, no_cache: bool = False) -> vectors.Embedding | None:
+    """Start embedding the cards of `snap` whose vector the cache lacks (all of them
+    with `no_cache`) on every core, while the caller does other work (the mirror);
+    `rebuild_from_snapshot(..., ahead=)` waits for it. None when there is little to
+    embed: the rebuild does that itself."""
+    if not vectors.enabled():
+        return None
+    texts = {s.row[_VHASH]: s.row[_CONTENT] for s in map(scanned_row, snap.cards.values()) if s is not None}
+    path = index_path()
+    make_private_dirs(path.parent)
+    return vectors.embed_in_background(texts, path.parent, no_cache=no_cache)
+
+
 def rebuild_from_snapshot(
-    snap: FileSnapshot, *, progress: Progress | None = None, no_cache: bool = False
+    snap: FileSnapshot,
+    *,
+    progress: Progress | None = None,
+    no_cache: bool = False,
+    ahead: vectors.Embedding | None = None,
+    embedding_progress: Progress | None = None,
 ) -> dict[str, object]:
     """Make the index equal to the files of `snap` (``manage.py reindex``); with
-    `no_cache`, every vector is embedded again instead of taken from the cache."""
+    `no_cache`, every vector is embedded again instead of taken from the cache. The
+    vectors the cache lacks are embedded on every core first (`embed_ahead`, or `ahead`
+    when the caller started it), with `embedding_progress`."""
     started = time.monotonic()
+    if ahead is None:
+        ahead = embed_ahead(snap, no_cache=no_cache)
+    if ahead is not None:
+        ahead.wait(embedding_progress)
+        no_cache = False  # every vector was just made: the fill finds them
     path = index_path()
     make_private_dirs(path.parent)
     _close_handle()

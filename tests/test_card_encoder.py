@@ -70,6 +70,20 @@ def test_cards_are_embedded_on_the_batch_path(embeddings: None, monkeypatch: pyt
     assert float(np.max(np.abs(out - _package_vectors(["User prefers tea", "用户喜欢乌龙茶"])))) <= 1e-5
 
 
+def test_texts_are_cut_into_the_packages_pieces(embeddings: None) -> None:
+    # Words are looked up once and remembered: the pieces must not depend on a word's
+    # neighbours, nor on what was cut before.
+    rng = random.Random(7)
+    words = "Deploys deploy the user's PostgreSQL 16 naïve café ＦＵＬＬ 用户 乌龙茶 😀 - , . x".split()
+    texts = TEXTS + [" ".join(rng.choice(words) for _ in range(rng.randint(0, 25))) for _ in range(500)]
+    texts += ["  spaced   out  ", "\ttabs\nand lines", "a  ", "  "]
+    path = card_encoder.for_model(vectors.model())
+    assert path is not None
+    package = vectors.model()._tokenizer
+    for text in texts + texts:  # the second time from what it remembered
+        assert path._tokenize(text) == package.encode(text, out_type=int, add_bos=True, add_eos=True), text
+
+
 class _Changed:
     """A package whose internals moved: same `encode`, no `_model`."""
 
