@@ -84,8 +84,12 @@ def rebuild_index(rebuild_id: int) -> str:
             last[0] = now
             IndexRebuild.objects.filter(pk=row.pk).update(done=done, total=total)
 
+    def phase(name: str) -> None:
+        last[0] = 0.0  # the next step's first count is written at once
+        IndexRebuild.objects.filter(pk=row.pk).update(phase=name)
+
     try:
-        result = rebuilder.rebuild(progress=progress, actor=row.requested_by or "rebuild")
+        result = rebuilder.rebuild(progress=progress, actor=row.requested_by or "rebuild", phase=phase)
     except Exception as exc:
         IndexRebuild.objects.filter(pk=row.pk).update(
             status=IndexRebuild.Status.FAILED,
