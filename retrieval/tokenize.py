@@ -132,7 +132,11 @@ def _tokenize_runs(text: str) -> list[str]:
     for match in _RUNS.finditer(text):
         run = match.group()
         if "\u3400" <= run[0] <= "\u9fff" or "\uf900" <= run[0] <= "\ufaff":
-            for word in cut_for_search(run):
+            if _FAST_HAN.fullmatch(run):
+                # Pieces of a run of Han characters: word characters, every one.
+                tokens.extend(_load_rjieba().cut_for_search(run))
+                continue
+            for word in _load_jieba().cut_for_search(run):
                 # jieba can hand back punctuation or mixed pieces; keep word characters only.
                 tokens.extend(_WORD.findall(word))
         else:
