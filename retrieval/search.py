@@ -1,4 +1,4 @@
-"""Ranked search over the index (article §7, DESIGN.md §6).
+"""Ranked search over the index (docs/design.md §8).
 
 BM25 picks ``2 × limit`` candidates inside the caller's scope, then
 
