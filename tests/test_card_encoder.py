@@ -113,3 +113,23 @@ def test_a_batch_path_whose_vectors_differ_is_not_used(
     with caplog.at_level(logging.WARNING, logger="retrieval.card_encoder"):
         assert card_encoder.for_model(vectors.model()) is None
     assert "differ from the package's" in caplog.text
+
+
+def test_the_embedding_table_is_a_read_only_map_of_a_private_file_beside_the_index(embeddings: None) -> None:
+    # Issue 39's serving memory: a process holds only the rows its texts touched, and
+    # the processes of a machine share them through the page cache.
+    import os
+    import stat
+
+    from retrieval import index
+
+    encoder = vectors.model()
+    before = vectors.embed(["用户在哪个时区", "which database does the user use"])
+    vectors._share_table(encoder)  # again, in this test's index folder
+    table = encoder._model.table
+    assert isinstance(table, np.memmap) and not table.flags.writeable
+    path = os.fspath(table.filename)
+    assert os.path.dirname(path) == os.fspath(index.index_path().parent)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    after = vectors.embed(["用户在哪个时区", "which database does the user use"])
+    assert np.array_equal(before, after)
