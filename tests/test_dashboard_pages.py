@@ -125,6 +125,21 @@ def test_rebuild_runs_in_the_worker_and_the_progress_page_shows_the_result(revie
     assert DriftCheck.objects.latest("created_at").clean
 
 
+def test_the_check_after_a_rebuild_does_not_tokenize_every_card_again(
+    reviewer_client: Client, make_card, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from retrieval import derived
+
+    save_card(make_card(), actor="t")
+    computed: list[str] = []
+    real = derived.compute
+    monkeypatch.setattr(derived, "compute", lambda text: computed.append(text) or real(text))
+    reviewer_client.post("/index/rebuild/", {"reason": "after restore"})
+    assert IndexRebuild.objects.get().status == "succeeded"
+    assert DriftCheck.objects.latest("created_at").clean
+    assert computed == []  # the rebuild found the card's terms cached, and so did the check
+
+
 def test_a_running_rebuild_page_polls_and_htmx_gets_the_progress_partial(viewer_client: Client) -> None:
     row = IndexRebuild.objects.create(status="running", done=250, total=1000)
     page = viewer_client.get(f"/index/rebuild/{row.pk}/").content.decode()
