@@ -415,8 +415,10 @@ class Embedding:
             raise self.failed
 
     def cancel(self) -> None:
+        """Stop the workers (the rebuild failed meanwhile). The thread may be waiting
+        for a batch that will not come: it is a daemon, not waited for long."""
         self._pool.terminate()
-        self._thread.join()
+        self._thread.join(timeout=5)
 
 
 def _cache_connection(folder: Path) -> sqlite3.Connection:

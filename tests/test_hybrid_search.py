@@ -244,3 +244,33 @@ def test_hostile_queries_get_an_answer_not_an_error(embeddings: None, make_card,
     save_card(make_card(content="Keeps notes in Obsidian."), actor="t")
     json.loads(memory_search_json(query, user_id="alice", agent_name="coder"))
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+def test_a_rebuild_that_fails_while_cards_are_embedded_stops_the_workers(
+    embeddings: None, make_card, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from facts import mirror
+    from memoryadmin import rebuild
+
+    for n in range(3):
+        save_card(make_card(content=f"Fact {n} about the failing rebuild."), actor="t")
+    index.connection().execute("DELETE FROM vc.vectors")
+    vectors._recent.clear()
+    monkeypatch.setattr(vectors, "PARALLEL_MIN_TEXTS", 1)
+    started: list[vectors.Embedding] = []
+    real = vectors.Embedding.__init__
+
+    def recording(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        real(self, *args, **kwargs)
+        started.append(self)
+
+    monkeypatch.setattr(vectors.Embedding, "__init__", recording)
+
+    def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(mirror, "rebuild_mirror", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        rebuild.rebuild()
+    assert len(started) == 1
+    assert all(not worker.is_alive() for worker in started[0]._pool._pool)
