@@ -116,10 +116,12 @@ def model() -> Any:
 
 
 def _share_table(encoder: Any) -> None:
-    """Swap the model's embedding table (62.5 MB of uint8, one row per piece) for a
-    read-only memory map of a copy on disk: a process then holds only the rows its
-    texts touched (a serving process: its queries' pieces), and every process of the
-    machine shares them through the page cache instead of holding a private copy each.
+    """Swap the model's embedding table (62.5 MB of uint8, one row per piece) for its
+    rows read from a copy on disk as they are needed (`TableRows`): a text needs one row
+    a piece (a query ~10, a batch of 1,024 cards ~5,000 distinct), so no process holds
+    the table; the file's pages sit in the page cache, shared by every process of the
+    machine and counted in none. A memory map was tried first: its faults map the file
+    128 KB at a time here, so a serving process held ~50 MB of it after 1,000 queries.
     The copy sits beside the index, named by a digest of the table, written once
     (atomically) by the first process to load the model. Best effort: when it cannot be
     written or read, the process keeps its own table."""
@@ -138,12 +140,49 @@ def _share_table(encoder: Any) -> None:
             with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE), "wb") as handle:
                 np.save(handle, table)
             os.replace(temp, path)
-        mapped = np.load(path, mmap_mode="r")
-        if mapped.shape != table.shape or mapped.dtype != table.dtype:
+        mapped = np.load(path, mmap_mode="r")  # only to read the header: shape, offset
+        shape, dtype, offset = mapped.shape, mapped.dtype, mapped.offset
+        del mapped
+        if shape != table.shape or dtype != table.dtype:
             return
-        backend.table = mapped
+        rows = TableRows(path, shape, offset)
+        probe = np.arange(0, shape[0], max(1, shape[0] // 64))
+        if not np.array_equal(rows[probe], table[probe]):
+            return
+        backend.table = rows
     except Exception:
         log.warning("the embedding table stays in this process's memory", exc_info=True)
+
+
+class TableRows:
+    """The rows of a (rows × width) uint8 table stored in an ``.npy`` file, read with
+    ``os.pread`` when indexed by an array of row numbers (the only way the encoders
+    index it). Positionless reads: one descriptor serves every thread, and forked
+    workers."""
+
+    def __init__(self, path: Path, shape: tuple[int, ...], offset: int) -> None:
+        self.shape = shape
+        self.dtype = np.dtype(np.uint8)
+        self.filename = os.fspath(path)
+        self._fd = os.open(path, os.O_RDONLY)
+        self._offset = offset
+        self._width = int(shape[1])
+
+    def __getitem__(self, ids: Any) -> np.ndarray:
+        wanted = np.asarray(ids, dtype=np.int64)
+        out = np.empty((wanted.size, self._width), dtype=np.uint8)
+        width, offset, fd, rows = self._width, self._offset, self._fd, self.shape[0]
+        view = memoryview(out).cast("B")
+        for k, row in enumerate(wanted.ravel().tolist()):
+            if not 0 <= row < rows:
+                raise IndexError(f"row {row} is outside the table")
+            if os.preadv(fd, [view[k * width : (k + 1) * width]], offset + row * width) != width:
+                raise OSError(f"short read from {self.filename}")
+        return out.reshape((*wanted.shape, width))
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            os.close(self._fd)
 
 
 def _one_text() -> QueryEncoder | None:

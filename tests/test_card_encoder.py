@@ -115,21 +115,25 @@ def test_a_batch_path_whose_vectors_differ_is_not_used(
     assert "differ from the package's" in caplog.text
 
 
-def test_the_embedding_table_is_a_read_only_map_of_a_private_file_beside_the_index(embeddings: None) -> None:
-    # Issue 39's serving memory: a process holds only the rows its texts touched, and
-    # the processes of a machine share them through the page cache.
+def test_the_embedding_table_is_read_from_a_private_file_beside_the_index(embeddings: None) -> None:
+    # Issue 39's serving memory: no process holds the 62.5 MB table; its rows come from
+    # a file whose pages the machine's processes share in the page cache.
     import os
     import stat
 
-    from retrieval import index
-
     encoder = vectors.model()
-    before = vectors.embed(["用户在哪个时区", "which database does the user use"])
-    vectors._share_table(encoder)  # again, in this test's index folder
+    texts = ["用户在哪个时区", "which database does the user use", "😀 rare 㳳襤 pieces"]
+    before = vectors.embed(texts)
+    query_before = vectors.query_encoder.for_model(encoder).encode(texts[0])  # type: ignore[union-attr]
+    vectors._share_table(encoder)  # a second time: nothing changes
     table = encoder._model.table
-    assert isinstance(table, np.memmap) and not table.flags.writeable
-    path = os.fspath(table.filename)
-    assert os.path.dirname(path) == os.fspath(index.index_path().parent)
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    after = vectors.embed(["用户在哪个时区", "which database does the user use"])
-    assert np.array_equal(before, after)
+    assert isinstance(table, vectors.TableRows) and table.shape == (128010, 512)
+    # Beside the index of the test that loaded the model first in this process.
+    assert os.path.basename(os.path.dirname(table.filename)) == ".retrieval"
+    assert os.path.basename(table.filename).startswith("usem3-table-")
+    assert stat.S_IMODE(os.stat(table.filename).st_mode) == 0o600
+    assert np.array_equal(vectors.embed(texts), before)
+    query_after = vectors.query_encoder.for_model(encoder).encode(texts[0])  # type: ignore[union-attr]
+    assert np.array_equal(query_after, query_before)
+    with pytest.raises(IndexError):
+        table[np.array([128010])]
