@@ -107,14 +107,17 @@ def search(
     project_id: str | None = None,
     limit: int = 5,
     now: datetime | None = None,
+    mode: str = "hybrid",
 ) -> list[Hit]:
-    """The best `limit` live facts of this user × agent (and project, when given)."""
+    """The best `limit` live facts of this user × agent (and project, when given).
+    `mode` "lexical" or "vectors" ranks by one half alone (benchmarks, the playground);
+    "hybrid" is lexical alone when embeddings are off."""
     limit = clamp(limit, 1, MAX_LIMIT, 5)
     now = now or datetime.now(UTC)
     terms = query_terms(query or "")
     buckets = index.scopes(user_id, agent_name, project_id)
-    if vectors.enabled() and (query or "").strip():
-        return _hybrid(query, terms, buckets, limit=limit, now=now)
+    if mode != "lexical" and vectors.enabled() and (query or "").strip():
+        return _hybrid(query, [] if mode == "vectors" else terms, buckets, limit=limit, now=now)
     if not terms:
         return []
     rows = index.candidates(terms, buckets, limit=2 * limit, now_ts=now.timestamp())
