@@ -84,7 +84,7 @@ def quality(args: argparse.Namespace) -> dict:
     from retrieval import index
     from tests import memorybank_eval as mb
 
-    stores, questions = mb.load(args.data)
+    stores, questions = mb.load(args.data, pooled=not args.no_pooled)
     splits = ("dev", "holdout") if args.split == "both" else (args.split,)
     datings = mb.DATINGS[:1] if args.quick else mb.DATINGS
     labelled = sum(1 for q in questions if q.evidence or q.category in mb.NO_ANSWER)
@@ -147,7 +147,7 @@ def _dumped(store, mode: str, outcomes: list) -> list[dict]:
 def _print_store(store, figs: dict, splits: tuple[str, ...], datings) -> None:
     from tests import memorybank_eval as mb
 
-    cats = mb.CATEGORIES if store.name == "turns" else tuple(c for c in mb.CATEGORIES if c != "assistant")
+    cats = mb.CATEGORIES if store.kind == "turns" else tuple(c for c in mb.CATEGORIES if c != "assistant")
     for split in splits:
         undated = figs[split]["undated"]
         print(f"-- store: {store.name}, {split} (undated)")
@@ -244,6 +244,7 @@ def main() -> None:
     parser.add_argument(
         "--set", action="append", default=[], metavar="NAME=VALUE", help="override a retrieval.search constant"
     )
+    parser.add_argument("--no-pooled", action="store_true", help="per-person scopes only")
     parser.add_argument("--dump", help="write every question's ranking (undated) to this JSON file")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON at the end")
     args = parser.parse_args()

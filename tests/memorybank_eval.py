@@ -43,6 +43,10 @@ from typing import Any
 DATA = Path(__file__).resolve().parent / "data" / "memorybank"
 AGENT = "memorybank"
 STORES = ("turns", "facts")
+# The same cards with the 15 people of a language in one scope (~1,130 turn cards a scope,
+# LoCoMo's conversations have ~600 turns): a harder ranking, the other people's lines as
+# distractors. Only the asker's lines count; no-answer queries are not asked there.
+POOLED = ("turns-pooled", "facts-pooled")
 LANGS = ("en", "zh")
 # Category order in the tables; `unanswerable` and `no-answer` are not counted in recall.
 CATEGORIES = ("single", "assistant", "multi", "temporal")
@@ -102,6 +106,22 @@ class Store:
     units: dict[str, Unit] = field(default_factory=dict)  # fact id -> unit
     users: dict[str, list[str]] = field(default_factory=dict)  # user id -> fact ids
     lines_with_facts: set[str] = field(default_factory=set)
+    pooled: bool = False
+
+    @property
+    def kind(self) -> str:
+        """ "turns" or "facts"."""
+        return self.name.split("-")[0]
+
+    def scope_of(self, question: Question) -> str:
+        return question.lang if self.pooled else question.user_id
+
+    def pool(self) -> Store:
+        """The same cards, one scope per language."""
+        users: dict[str, list[str]] = {}
+        for user, ids in self.users.items():
+            users.setdefault(user.split("-")[0], []).extend(ids)
+        return Store(f"{self.name}-pooled", self.units, users, self.lines_with_facts, pooled=True)
 
 
 def person_of(item_id: str) -> str:
@@ -120,8 +140,9 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def load(data: Path = DATA) -> tuple[dict[str, Store], list[Question]]:
-    """The two stores and the labelled questions of both languages."""
+def load(data: Path = DATA, *, pooled: bool = False) -> tuple[dict[str, Store], list[Question]]:
+    """The two stores (and with `pooled` their pooled forms) and the labelled questions
+    of both languages."""
     stores = {name: Store(name) for name in STORES}
     questions: list[Question] = []
     for lang in LANGS:
@@ -154,6 +175,8 @@ def load(data: Path = DATA) -> tuple[dict[str, Store], list[Question]]:
                     evidence=list(row.get("evidence") or []),
                 )
             )
+    if pooled:
+        stores.update({store.pool().name: store.pool() for store in list(stores.values())})
     return stores, questions
 
 
@@ -212,7 +235,7 @@ def evidence_for(question: Question, store: Store) -> list[str]:
     """The question's evidence lines this store can hold ([] = not asked of this store)."""
     if question.category in NO_ANSWER:
         return []
-    if store.name == "facts":
+    if store.kind == "facts":
         if question.side == "assistant":
             return []
         return [line for line in question.evidence if line in store.lines_with_facts]
@@ -220,7 +243,9 @@ def evidence_for(question: Question, store: Store) -> list[str]:
 
 
 def asked(question: Question, store: Store) -> bool:
-    return question.category in NO_ANSWER or bool(evidence_for(question, store))
+    if question.category in NO_ANSWER:
+        return not store.pooled
+    return bool(evidence_for(question, store))
 
 
 def found_lines(question: Question, store: Store, ids: Iterable[str]) -> list[str | None]:
@@ -232,7 +257,7 @@ def found_lines(question: Question, store: Store, ids: Iterable[str]) -> list[st
         ok = (
             unit is not None
             and unit.line in wanted
-            and (question.side == "both" or unit.side == question.side or store.name == "facts")
+            and (question.side == "both" or unit.side == question.side or store.kind == "facts")
         )
         out.append(unit.line if ok and unit is not None else None)
     return out
@@ -259,9 +284,9 @@ def run(store: Store, questions: list[Question], searcher: Searcher, now: dateti
         if not asked(question, store):
             continue
         started = time.perf_counter()
-        top5 = searcher(question.query, question.user_id, K, now)
+        top5 = searcher(question.query, store.scope_of(question), K, now)
         ms = (time.perf_counter() - started) * 1000
-        top10 = searcher(question.query, question.user_id, DEEP, now)
+        top10 = searcher(question.query, store.scope_of(question), DEEP, now)
         outcome = Outcome(question, top5, top10, ms)
         wanted = evidence_for(question, store)
         if wanted:
