@@ -359,3 +359,8 @@ MEMORY_INDEX_FOLLOW_INTERVAL = env_float("MEMORY_INDEX_FOLLOW_INTERVAL", 0.2)
 MEMORY_EMBEDDINGS = env_bool("MEMORY_EMBEDDINGS", True)
 # BLAS threads of the embedding model: 1–2. More collapses on a 2-core machine.
 MEMORY_EMBEDDING_THREADS = env_int("MEMORY_EMBEDDING_THREADS", 1)
+# How much a fact's age orders search results (issue 36; retrieval/search.py): relevance ×
+# (1 − w × (1 − decay)), decay the article's exp(-0.01 × (days − 30)) after 30 days. 1 is
+# the article's formula (old facts sink whatever their relevance), 0 ignores age. The
+# default keeps an old fact that answers the question first (docs/read-path.md).
+MEMORY_SEARCH_DECAY_WEIGHT = env_float("MEMORY_SEARCH_DECAY_WEIGHT", 0.1)
