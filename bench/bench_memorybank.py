@@ -87,6 +87,10 @@ def quality(args: argparse.Namespace) -> dict:
     stores, questions = mb.load(args.data, pooled=not args.no_pooled)
     splits = ("dev", "holdout") if args.split == "both" else (args.split,)
     datings = mb.DATINGS[:1] if args.quick else mb.DATINGS
+    if args.datings:
+        datings = tuple(d for d in mb.DATINGS if d.name == "undated" or d.name in args.datings.split(","))
+    if args.stores:
+        stores = {name: store for name, store in stores.items() if name in args.stores.split(",")}
     labelled = sum(1 for q in questions if q.evidence or q.category in mb.NO_ANSWER)
     print(
         f"== MemoryBank: {len(questions)} labelled queries ({labelled} with evidence or no-answer), "
@@ -108,10 +112,12 @@ def quality(args: argparse.Namespace) -> dict:
                     for mode in MODES:
                         settings.MEMORY_EMBEDDINGS = mode != "lexical"
                         outcomes = mb.run(store, chosen, mb.searcher(mode), now)
+                        fig = mb.summary(outcomes)
+                        if dating.name == "undated" and split == splits[0] and not store.pooled:
+                            found, asked = mb.unrelated_rate(store, mb.searcher(mode), now)
+                            fig["unrelated"] = {"n": asked, "with_results": found}
                         settings.MEMORY_EMBEDDINGS = True
-                        figures.setdefault(store.name, {}).setdefault(split, {}).setdefault(dating.name, {})[mode] = (
-                            mb.summary(outcomes)
-                        )
+                        figures.setdefault(store.name, {}).setdefault(split, {}).setdefault(dating.name, {})[mode] = fig
                         if args.dump and dating.name == "undated":
                             dump.extend(_dumped(store, mode, outcomes))
             index.reset()
@@ -163,6 +169,12 @@ def _print_store(store, figs: dict, splits: tuple[str, ...], datings) -> None:
             fig = undated[mode]
             na = fig["no_answer"]
             rate = "–" if na["false_result_rate"] is None else f"{na['false_result_rate']:.2f}"
+            if "unrelated" in fig:
+                un = fig["unrelated"]
+                print(
+                    f"  {MODE_LABEL[mode]:<8} queries about nothing the person said (no word in their cards) "
+                    f"with a result: {un['with_results']}/{un['n']}"
+                )
             print(
                 f"  {MODE_LABEL[mode]:<8} no-answer queries with a result {na['with_results']}/{na['n']} ({rate}); "
                 f"top 5 identical at limits 5 and 10: {fig['identical_5_10']:.2f}; "
@@ -244,6 +256,8 @@ def main() -> None:
     parser.add_argument(
         "--set", action="append", default=[], metavar="NAME=VALUE", help="override a retrieval.search constant"
     )
+    parser.add_argument("--datings", help="comma-separated datings besides undated (dated, later, stretched)")
+    parser.add_argument("--stores", help="comma-separated stores (turns, facts, turns-pooled, facts-pooled)")
     parser.add_argument("--no-pooled", action="store_true", help="per-person scopes only")
     parser.add_argument("--dump", help="write every question's ranking (undated) to this JSON file")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON at the end")

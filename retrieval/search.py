@@ -12,8 +12,9 @@ so a card that matches the query's rare words outranks one matching only its com
 ones, whatever the vectors say, and where the words do not meet (another language, a
 paraphrase) the vectors decide. The candidates are every lexical match (up to
 `LEXICAL_DEPTH`) and the `VECTOR_DEPTH` best vector scores: fixed depths, so the top k of
-a longer answer is the answer at k. Cards under `RELEVANCE_FLOOR` are left out (a query
-about nothing the user said finds nothing). Then
+a longer answer is the answer at k. A card found by its vector alone needs a vector
+score of `VECTOR_FLOOR` (a query about nothing the user said finds nothing, or only
+what matches its words). Then
 
     score = relevance × (1 − DECAY_WEIGHT × (1 − decay)) + CONFIDENCE_WEIGHT × confidence,
     decay = 1 for ages under 30 days, else exp(-0.01 × (age_days - 30))
@@ -52,14 +53,16 @@ DECAY_RATE = 0.01
 # tie-breaker (the article's 0.2 was sized for raw bm25, 2–10).
 CONFIDENCE_WEIGHT = 0.05
 LEXICAL_WEIGHT = 1.0
-VECTOR_WEIGHT = 1.0
+VECTOR_WEIGHT = 1.5
 # How much a card's being a question counts against its vector score.
 QUESTION_PENALTY = 0.5
 # Fixed candidate depths: every lexical match up to LEXICAL_DEPTH, the VECTOR_DEPTH best
 # vector scores (agents ask for at most 10, the playground for 100).
 LEXICAL_DEPTH = 200
 VECTOR_DEPTH = 100
-RELEVANCE_FLOOR = 0.0
+# A card found by its vector alone must have at least this cosine (after the question
+# penalty); a lexical match is evidence enough on its own.
+VECTOR_FLOOR = 0.15
 MAX_LIMIT = 100  # callers inside the service (golden queries, the playground); agents get retrieval.limits' 1..10
 
 
@@ -150,12 +153,12 @@ def search(
     if mode != "lexical" and vectors.enabled() and text.strip():
         try:
             ids, sims, questions = index.vector_scores(text, buckets, now_ts=now_ts)
-            vector_part = VECTOR_WEIGHT * (sims - QUESTION_PENALTY * np.maximum(questions, 0.0))
+            vector_part = sims - QUESTION_PENALTY * np.maximum(questions, 0.0)
         except vectors.EmbeddingUnavailable:
             # Search must answer: without the model it is the lexical search.
             log.exception("vector search unavailable; answering lexically")
             ids = []
-    hits = _rank(lexical, weight, ids, sims, vector_part, now=now)
+    hits = _rank(lexical, weight, ids, sims, vector_part, limit=limit, now=now)
     return hits[:limit]
 
 
@@ -166,10 +169,13 @@ def _rank(
     sims: np.ndarray,
     vector_part: np.ndarray,
     *,
+    limit: int,
     now: datetime,
 ) -> list[Hit]:
+    """The candidates' hits, best first: at least the best `limit`, exactly as if every
+    candidate were scored (those that cannot reach the top `limit` are not read)."""
     position = {fid: i for i, fid in enumerate(ids)}
-    # The vector candidates: the VECTOR_DEPTH best vector parts (ties by id: ids are
+    # The vector candidates: the VECTOR_DEPTH best vector scores (ties by id: ids are
     # in id order).
     depth = min(VECTOR_DEPTH, len(ids))
     if depth:
@@ -178,27 +184,38 @@ def _rank(
     else:
         chosen = []
     vector_rank = {ids[i]: rank for rank, i in enumerate(chosen, 1)}
-    fields = {row[0]: row[1:5] for row in lexical}
-    missing = [ids[i] for i in chosen if ids[i] not in fields]
-    fields.update(index.card_fields(missing))
     lex = {row[0]: (rank, row[5]) for rank, row in enumerate(lexical, 1)}
     weight = weight or 1.0
-    hits = []
-    dweight = decay_weight()
+    # (relevance, lexical part, vector part, id)
+    scored: list[tuple[float, float | None, float | None, str]] = []
     for fid in dict.fromkeys([*lex, *vector_rank]):
+        bm25 = lex[fid][1] if fid in lex else None
+        at = position.get(fid)
+        closeness = float(vector_part[at]) if at is not None else None
+        if bm25 is None and (closeness is None or closeness < VECTOR_FLOOR):
+            continue
+        lexical_part = None if bm25 is None else LEXICAL_WEIGHT * (-bm25 / weight)
+        vec = None if closeness is None else VECTOR_WEIGHT * closeness
+        scored.append(((lexical_part or 0.0) + (vec or 0.0), lexical_part, vec, fid))
+    if not scored:
+        return []
+    scored.sort(key=lambda row: -row[0])
+    # Age multiplies a relevance by (1 − w) … 1 and confidence adds 0 … CONFIDENCE_WEIGHT:
+    # a candidate whose best case is below the limit-th one's worst case cannot be shown.
+    dweight = min(max(decay_weight(), 0.0), 1.0)
+    worst = scored[min(limit, len(scored)) - 1][0] * (1.0 - dweight)
+    scored = [row for row in scored if row[0] + CONFIDENCE_WEIGHT >= worst]
+    fields = {row[0]: row[1:5] for row in lexical}
+    fields.update(index.card_fields([row[3] for row in scored if row[3] not in fields]))
+    hits = []
+    for relevance, lexical_part, vec, fid in scored:
         if fid not in fields:  # deleted between the two reads
             continue
         content, category, confidence, created_iso = fields[fid]
-        lex_rank, bm25 = lex.get(fid, (None, None))
-        lexical_part = LEXICAL_WEIGHT * (-bm25 / weight) if bm25 is not None else 0.0
-        at = position.get(fid)
-        vec = float(vector_part[at]) if at is not None else None
-        relevance = lexical_part + (vec or 0.0)
-        if relevance < RELEVANCE_FLOOR or relevance <= 0:
-            continue
         created = datetime.fromisoformat(created_iso)
         factor = order_factor(age_days(created, now), dweight)
         part = CONFIDENCE_WEIGHT * confidence
+        at = position.get(fid)
         hits.append(
             Hit(
                 id=fid,
@@ -206,15 +223,15 @@ def _rank(
                 category=category,
                 confidence=confidence,
                 score=relevance * factor + part,
-                bm25=bm25,
+                bm25=lex[fid][1] if fid in lex else None,
                 decay=factor,
                 confidence_part=part,
                 created_at=created,
-                lexical_rank=lex_rank,
+                lexical_rank=lex[fid][0] if fid in lex else None,
                 vector_rank=vector_rank.get(fid),
                 similarity=None if at is None else round(float(sims[at]), 4),
                 fused=relevance,
-                lexical=lexical_part if bm25 is not None else None,
+                lexical=lexical_part,
                 vector=vec,
             )
         )

@@ -341,3 +341,40 @@ def searcher(mode: str) -> Searcher:
         return [hit.id for hit in search(query, user_id=user_id, agent_name=AGENT, limit=limit, now=now, mode=mode)]
 
     return call
+
+
+# Queries about nothing these people talked about (issue 36's "pytest for a user with no
+# such fact"): asked of every person, counted where no word of the query is in any card
+# of the scope. Any result is a false one.
+UNRELATED = (
+    "pytest",
+    "kubernetes ingress",
+    "PostgreSQL 16 migration",
+    "carburetor repair",
+    "mortgage refinancing",
+    "oboe reeds",
+    "tax return deadline",
+    "Which compiler flags does the build use?",
+    "量子计算",
+    "报销发票",
+    "docker 镜像",
+    "汽车保险续保",
+    "我的护照号码是多少？",
+    "项目用的是什么数据库",
+)
+
+
+def unrelated_rate(store: Store, searcher: Searcher, now: datetime) -> tuple[int, int]:
+    """(queries with a result, queries asked) over `UNRELATED` × every scope, counting
+    only queries none of whose words (tokens, stop-words aside) is in the scope's cards."""
+    from retrieval.tokenize import query_terms, tokenize
+
+    asked = found = 0
+    for scope, ids in store.users.items():
+        words = {token for fid in ids for token in tokenize(store.units[fid].content)}
+        for query in UNRELATED:
+            if set(query_terms(query)) & words:
+                continue
+            asked += 1
+            found += bool(searcher(query, scope, K, now))
+    return found, asked
