@@ -111,11 +111,15 @@ def age_days(created_at: datetime, now: datetime) -> int:
     return max(0, (now - created_at).days)
 
 
+ARTICLE_CONFIDENCE_WEIGHT = 0.2
+
+
 def final_score(raw_bm25: float, confidence: float, created_at: datetime, now: datetime) -> tuple[float, float, float]:
-    """(score, decay, confidence part) of the article's formula on a raw bm25 (kept for
-    callers that score a bm25 themselves; search uses `_score`)."""
+    """(score, decay, confidence part) of the article's own formula on a raw bm25,
+    ``-bm25 × decay + 0.2 × confidence``: the reference the ranking is documented
+    against (search itself ranks by `_rank`)."""
     decay = decay_for(age_days(created_at, now))
-    part = CONFIDENCE_WEIGHT * confidence
+    part = ARTICLE_CONFIDENCE_WEIGHT * confidence
     return -raw_bm25 * decay + part, decay, part
 
 

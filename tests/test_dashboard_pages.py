@@ -266,10 +266,10 @@ def test_the_playground_breaks_scores_into_parts(viewer_client: Client, make_car
     response = viewer_client.get("/search/", {"q": "中文", "user": "alice", "agent": "coder"})
     hits = response.context["hits"]
     assert len(hits) == 1
-    hit, bm25_part = hits[0]
-    assert bm25_part == pytest.approx(-hit.bm25 * hit.decay)
-    assert hit.score == pytest.approx(bm25_part + hit.confidence_part)
-    assert "−bm25 × decay" in response.content.decode()
+    hit, relevance_part = hits[0]
+    assert relevance_part == pytest.approx(hit.fused * hit.decay)
+    assert hit.score == pytest.approx(relevance_part + hit.confidence_part)
+    assert "relevance × decay" in response.content.decode()
 
 
 def test_the_facts_list_searches_through_the_index(viewer_client: Client, make_card) -> None:
