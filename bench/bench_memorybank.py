@@ -178,6 +178,8 @@ def _print_store(store, figs: dict, splits: tuple[str, ...], datings) -> None:
             print(
                 f"  {MODE_LABEL[mode]:<8} no-answer queries with a result {na['with_results']}/{na['n']} ({rate}); "
                 f"top 5 identical at limits 5 and 10: {fig['identical_5_10']:.2f}; "
+                f"all evidence in the top 10 (questions with several lines): "
+                f"{fig['all_evidence_top10']['rate']} of {fig['all_evidence_top10']['n']}; "
                 f"search p50 {fig['ms_p50']} ms, p99 {fig['ms_p99']} ms"
             )
         if len(datings) > 1:

@@ -275,6 +275,7 @@ class Outcome:
     recall: float | None = None
     hit: float | None = None
     rr: float | None = None
+    all10: float | None = None  # questions with two or more evidence lines: all in the top 10
 
 
 def run(store: Store, questions: list[Question], searcher: Searcher, now: datetime) -> list[Outcome]:
@@ -295,6 +296,9 @@ def run(store: Store, questions: list[Question], searcher: Searcher, now: dateti
             outcome.hit = 1.0 if got5 else 0.0
             ranks = [r for r, line in enumerate(found_lines(question, store, top10), 1) if line]
             outcome.rr = 1 / ranks[0] if ranks else 0.0
+            if len(set(wanted)) > 1:
+                got10 = {line for line in found_lines(question, store, top10) if line}
+                outcome.all10 = 1.0 if got10 >= set(wanted) else 0.0
         outcomes.append(outcome)
     return outcomes
 
@@ -325,6 +329,11 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
         "n": len(nothing),
         "with_results": sum(1 for o in nothing if o.top5),
         "false_result_rate": round(sum(1 for o in nothing if o.top5) / len(nothing), 3) if nothing else None,
+    }
+    several = [o.all10 for o in outcomes if o.all10 is not None]
+    result["all_evidence_top10"] = {
+        "n": len(several),
+        "rate": round(statistics.fmean(several), 3) if several else None,
     }
     result["identical_5_10"] = round(statistics.fmean(o.top10[:K] == o.top5 for o in outcomes), 3) if outcomes else None
     times = sorted(o.ms for o in outcomes)
