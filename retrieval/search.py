@@ -63,6 +63,8 @@ VECTOR_DEPTH = 100
 # A card found by its vector alone must have at least this cosine (after the question
 # penalty); a lexical match is evidence enough on its own.
 VECTOR_FLOOR = 0.15
+# The vectors embed the question without its frame (True) or as asked (False).
+FRAMELESS_VECTORS = True
 MAX_LIMIT = 100  # callers inside the service (golden queries, the playground); agents get retrieval.limits' 1..10
 
 
@@ -156,7 +158,8 @@ def search(
     sims = vector_part
     if mode != "lexical" and vectors.enabled() and text.strip():
         try:
-            ids, sims, questions = index.vector_scores(text, buckets, now_ts=now_ts)
+            asked = text if FRAMELESS_VECTORS else (query or "")[:MAX_QUERY_CHARS]
+            ids, sims, questions = index.vector_scores(asked, buckets, now_ts=now_ts)
             vector_part = sims - QUESTION_PENALTY * np.maximum(questions, 0.0)
         except vectors.EmbeddingUnavailable:
             # Search must answer: without the model it is the lexical search.
