@@ -299,6 +299,9 @@ class Candidate(models.Model):
     review_note = models.TextField(blank=True, default="")
     fact_id = models.CharField(max_length=17, blank=True, default="", help_text="The card it produced")
     created_at = models.DateTimeField(auto_now_add=True)
+    # When its evidence message was said, if the turn said so (issue 35): the created_at
+    # of the card it makes, now or when a reviewer approves it. Null: said when received.
+    said_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [

@@ -69,13 +69,19 @@ def record_turn(
     project_id: Any = None,
     messages: Any,
     flush: bool = False,
+    created_at: Any = None,
 ) -> Receipt:
     """Validate a turn, store it durably and schedule its extraction (`queue_turn`).
 
     Raises `facts.turns.TurnRejected` for input no door accepts.
     """
     turn = clean_turn(
-        user_id=user_id, agent_name=agent_name, thread_id=thread_id, project_id=project_id, messages=messages
+        user_id=user_id,
+        agent_name=agent_name,
+        thread_id=thread_id,
+        project_id=project_id,
+        messages=messages,
+        created_at=created_at,
     )
     return queue_turn(turn, flush=flush)
 

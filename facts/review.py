@@ -100,7 +100,7 @@ def apply_candidate(
             if existing is not None:
                 fact_id = existing
             else:
-                card = new_card(bucket=bucket, at=at, source=source, **values)
+                card = new_card(bucket=bucket, at=at, said_at=candidate.said_at, source=source, **values)
                 plan.add_fact(bucket, card)
                 plan.commit(actor=actor, reason=note or f"approved candidate {candidate.pk}")
                 fact_id = card.id
@@ -137,7 +137,7 @@ def apply_candidate(
             found = plan.find_confirmed(confirmation, **ids)
             if found is None:
                 raise ReviewError("the confirmed fact is no longer active")
-            plan.confirm(found[0], found[1], at)
+            plan.confirm(found[0], found[1], at, said_at=candidate.said_at)
             plan.commit(actor=actor, reason=note or "approved confirmation")
             fact_id = found[1].id
     _record_review(candidate, Candidate.ReviewState.APPROVED, actor=actor, note=note, fact_id=fact_id)

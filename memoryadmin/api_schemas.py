@@ -148,6 +148,7 @@ def parse_turn(data: dict[str, Any]) -> CleanTurn:
             thread_id=data.get("thread_id"),
             project_id=data.get("project_id"),
             messages=data.get("messages"),
+            created_at=data.get("created_at"),
             allow_paths=False,
         )
     except TurnRejected as exc:

@@ -11,6 +11,7 @@ import logging
 import os
 import threading
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -41,7 +42,12 @@ class LocalMemory:
         )
 
     def record_turn(
-        self, ctx: MemoryContext, messages: Sequence[Mapping[str, Any]], *, flush: bool = False
+        self,
+        ctx: MemoryContext,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        flush: bool = False,
+        created_at: str | datetime | None = None,
     ) -> dict[str, Any]:
         from facts.erasure.guard import ErasureInProgress
         from facts.turns import TurnRejected, clean_turn
@@ -55,6 +61,7 @@ class LocalMemory:
                 thread_id=ctx.thread_id,
                 project_id=ctx.project_id,
                 messages=[dict(m) for m in messages],
+                created_at=created_at,
                 allow_paths=False,
             )
             return api_service.accept_turn(turn, flush=flush)
@@ -165,15 +172,23 @@ class MemoryClient:
         return params
 
     def record_turn(
-        self, ctx: MemoryContext, messages: Sequence[Mapping[str, Any]], *, flush: bool = False
+        self,
+        ctx: MemoryContext,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        flush: bool = False,
+        created_at: str | datetime | None = None,
     ) -> dict[str, Any]:
-        body = {
+        body: dict[str, Any] = {
             "user_id": ctx.user_id,
             "agent_name": ctx.agent_name,
             "thread_id": ctx.thread_id,
             "project_id": ctx.project_id,
             "messages": [dict(m) for m in messages],
         }
+        if created_at is not None:
+            # A naive datetime goes as it is, and the server refuses it (no time zone).
+            body["created_at"] = created_at.isoformat() if isinstance(created_at, datetime) else created_at
         return self._call("POST", "/flush" if flush else "/turns", json=body)
 
     def context(self, ctx: MemoryContext, *, mode: str = "auto") -> dict[str, Any]:

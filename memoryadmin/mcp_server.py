@@ -187,13 +187,20 @@ def build_server(identify: Identify) -> MCPServer:
     def memory_remember(
         text: Annotated[str, Field(min_length=1, description="What the user said, in their own words")],
         ctx: Context,
+        created_at: Annotated[
+            str | None,
+            Field(
+                description="When the user said it, ISO 8601 with its offset (2024-05-01T09:30:00+02:00 or "
+                "…Z); leave it out for now. A fact from it is dated then. Not in the future."
+            ),
+        ] = None,
     ) -> RememberResult:
         """Ask memory to remember something the user said. The text is recorded as the
         user's own message and judged like any conversation: only durable, descriptive
         facts about the user pass the gate; everything else is kept for review."""
         identity = who(ctx)
         try:
-            return _remember(identity, text)
+            return _remember(identity, text, created_at)
         finally:
             close_old_connections()
 
@@ -219,7 +226,7 @@ def build_server(identify: Identify) -> MCPServer:
     return server
 
 
-def _remember(identity: Identity, text: str) -> RememberResult:
+def _remember(identity: Identity, text: str, created_at: str | None = None) -> RememberResult:
     if not text.strip():
         raise ToolError("text: must not be blank")
     limit = int(settings.API_MAX_MESSAGE_CHARS)
@@ -238,6 +245,7 @@ def _remember(identity: Identity, text: str) -> RememberResult:
             thread_id=thread_id,
             project_id=identity.project_id,
             messages=[message],
+            created_at=created_at,
             allow_paths=False,
         )
         receipt = api_service.accept_turn(turn, flush=True)

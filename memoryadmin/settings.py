@@ -295,7 +295,7 @@ MEMORY_EXTRACTION_MAX_ATTEMPTS = env_int("MEMORY_EXTRACTION_MAX_ATTEMPTS", 5)
 MEMORY_RETRY_BACKOFF_SECONDS = env_float("MEMORY_RETRY_BACKOFF_SECONDS", 30.0)
 # A worker's claim on turns (and their run) lasts this long and is renewed while the
 # work runs; a claim left to lapse (the worker was killed) is taken over by the next
-# sweep of any running `db_worker` (every quarter lease) — DESIGN.md §10.
+# sweep of any running `db_worker` (every quarter lease) — docs/design.md §6.
 MEMORY_CLAIM_LEASE_SECONDS = env_float("MEMORY_CLAIM_LEASE_SECONDS", 120.0)
 
 # The thresholds of `manage.py doctor`.

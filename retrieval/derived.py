@@ -34,7 +34,7 @@ from .tokenize import document_terms
 # Part of every terms hash: bump it whenever `document_terms` would give other tokens
 # (dictionary, stemmer, stop-words in documents) or `render.fact_tail` another line, and
 # every cached entry is a miss.
-TOKENIZER_ID = "jieba-snowball-cl100k-1"
+TOKENIZER_ID = "jieba-snowball-cl100k-2"
 CACHE_FILE = "vectors.sqlite3"
 
 # The table itself is created with the vectors' when the file is attached

@@ -1,4 +1,4 @@
-"""Ranked search over the index (article §7, DESIGN.md §6; issue 36).
+"""Ranked search over the index (docs/design.md §8; issue 36).
 
 A query is first reduced to what it asks about (`query.core`: "When did I mention the
 museum?" → "the museum"), then every candidate card gets a relevance from two kinds of
@@ -258,8 +258,10 @@ def memory_search_json(
     """The ``memory_search`` tool's answer: a JSON list of ``{id, content, category,
     confidence, score}``, at most 10 results and at most MEMORY_SEARCH_TOKEN_CAP tokens.
     With `explain` (``manage.py memory_search --json``, never the agents' tool: the
-    numbers would only cost the model tokens) each result also carries its score
-    breakdown under ``"explain"``.
+    numbers would only cost the model tokens) each result of that same answer also
+    carries its score breakdown under ``"explain"``, added after the cap (issue 36: the
+    breakdown counted against it, so at limit 10 the command showed ~5 of the tool's
+    results).
 
     Results are dropped from the end until the answer fits; when the best hit alone is
     too long, its content is cut to fit, ends with "…" and the result carries
@@ -272,6 +274,15 @@ def memory_search_json(
         project_id=project_id,
         limit=clamp_limit(limit),
     )
+    answer = _capped(hits, settings.MEMORY_SEARCH_TOKEN_CAP)
+    if explain:
+        by_id = {hit.id: hit for hit in hits}
+        answer = [{**result, "explain": breakdown(by_id[str(result["id"])])} for result in answer]
+    return json.dumps(answer, ensure_ascii=False)
+
+
+def _capped(hits: list[Hit], cap: int) -> list[dict[str, object]]:
+    """The tool's results for `hits`, in their order, within `cap` tokens as JSON."""
     visible: list[dict[str, object]] = [
         {
             "id": hit.id,
@@ -279,20 +290,16 @@ def memory_search_json(
             "category": hit.category,
             "confidence": hit.confidence,
             "score": round(hit.score, 4),
-            **({"explain": breakdown(hit)} if explain else {}),
         }
         for hit in hits
     ]
-    cap = settings.MEMORY_SEARCH_TOKEN_CAP
     if visible and count_tokens(json.dumps(visible[:1], ensure_ascii=False)) > cap:
         # The best hit alone is too long: the answer is that hit, cut (without
         # recounting the whole list once per dropped result first).
-        return json.dumps([_cut_to_fit(visible[0], cap)], ensure_ascii=False)
-    text = json.dumps(visible, ensure_ascii=False)
-    while len(visible) > 1 and count_tokens(text) > cap:
+        return [_cut_to_fit(visible[0], cap)]
+    while len(visible) > 1 and count_tokens(json.dumps(visible, ensure_ascii=False)) > cap:
         visible.pop()
-        text = json.dumps(visible, ensure_ascii=False)
-    return text
+    return visible
 
 
 def breakdown(hit: Hit) -> dict[str, object]:

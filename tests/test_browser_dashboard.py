@@ -122,7 +122,8 @@ def test_approve_a_rejected_candidate_then_see_the_card(page: Any, make_candidat
     assert FactCard.objects.filter(content__startswith="Prefers answers in English").count() == 1
     page.goto("/preview/?user=alice&agent=coder&mode=auto")
     page.wait_for_selector("#context-text")
-    assert "Prefers answers in English &lt;b&gt;always&lt;/b&gt;." in page.inner_text("#context-text")
+    # The block holds the words as written; the page shows them as text, not markup.
+    assert "Prefers answers in English <b>always</b>." in page.inner_text("#context-text")
     shot(page, "05-preview-after-approval")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from dashboard.helpers import (
     fact_or_404,
     page_of,
     query_without_page,
+    said_at_of,
     scope_label,
 )
 from facts import writer
@@ -174,10 +175,17 @@ def fact_detail(request: HttpRequest, fact_id: str) -> HttpResponse:
     if row.source_run_id.isdigit():
         run = ExtractionRun.objects.filter(pk=int(row.source_run_id)).first()
     usage = FactUsage.objects.filter(fact_id=row.id).first()
+    versions = versions_of(row.id)
+    # A card dated from its conversation (a backfill, issue 35) was written later than
+    # it was said: say both. Seconds apart is the same moment.
+    recorded = versions[-1].created_at if versions else None
+    if recorded is not None and recorded - row.created_at < timedelta(minutes=1):
+        recorded = None
     ctx = {
         "fact": row,
         "scope": scope_label(row),
-        "versions": versions_of(row.id),
+        "versions": versions,
+        "recorded_at": recorded,
         "chain": chain_of(row),
         "usage": usage,
         "served": last_injected(row.id),
@@ -212,7 +220,13 @@ def evidence_row(run: ExtractionRun, message_id: str, evidence: str) -> dict[str
             before, found, after = content.partition(evidence) if evidence else (content, "", "")
             if not found:
                 before, after = content, ""
-            return {"role": item.get("role", ""), "before": before, "mark": found, "after": after}
+            return {
+                "role": item.get("role", ""),
+                "before": before,
+                "mark": found,
+                "after": after,
+                "said_at": said_at_of(item),
+            }
     return None
 
 

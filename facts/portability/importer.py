@@ -36,6 +36,7 @@ from ..models import (
 )
 from ..profilefile import Profile, parse_profile
 from ..store import Store, get_store
+from ..turns import TurnRejected, check_said_times
 from .archive import FORMAT, FORMAT_VERSION, MANIFEST, README, SUMS, Kind, chunks, files_under, history_kinds, sha256_of
 
 # Bounds on what an archive may make the importer read (zip bombs, absurd archives).
@@ -277,6 +278,8 @@ def _parse_history(archive: Archive, history: dict[str, bytes]) -> dict[str, lis
             if not isinstance(row, dict):
                 raise ImportRefused(f"{where}: not a JSON object")
             obj = _build(kind, row, where, people)
+            if kind.name == "turns":
+                _check_turn_times(obj, where)
             owner = getattr(obj, "user_id", None) if kind.model not in (FactRevision, FactUsage) else None
             if owner is not None and owner != archive.user_id:
                 raise ImportRefused(f"{where}: a row of another user")
@@ -295,6 +298,14 @@ def _parse_history(archive: Archive, history: dict[str, bytes]) -> dict[str, lis
         if len(set(pks)) != len(pks):
             raise ImportRefused(f"history/{name}.jsonl: the same id appears twice")
     return out
+
+
+def _check_turn_times(turn: Any, where: str) -> None:
+    """When a turn's messages were said: the rule every door applies (`facts.turns`)."""
+    try:
+        check_said_times(turn.messages, "messages")
+    except TurnRejected as exc:
+        raise ImportRefused(f"{where}: {exc}") from None
 
 
 def _build(kind: Kind, row: dict[str, Any], where: str, people: dict[str, int]) -> models.Model:

@@ -22,7 +22,10 @@ class Command(BaseCommand):
         parser.add_argument(
             "--json",
             action="store_true",
-            help="Print the memory_search tool's JSON answer, with each score's breakdown.",
+            help=(
+                "Print the memory_search tool's JSON answer (the same results, within its token cap),"
+                ' each result with its score\'s breakdown under "explain" (outside the cap).'
+            ),
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
