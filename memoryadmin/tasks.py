@@ -106,3 +106,16 @@ def rebuild_index(rebuild_id: int) -> str:
     # Index health on the overview comes from the latest check: refresh it now.
     record_check(DriftCheck.objects.create(requested_by=row.requested_by or "rebuild"))
     return row.status
+
+
+@task()
+def load_demo() -> str:
+    """The demo conversations through the real pipeline (`manage.py bootstrap --queue-demo`,
+    which `make run` uses: the server answers while the worker loads them)."""
+    import io
+
+    from facts import demo
+
+    out = io.StringIO()
+    demo.load_demo(out)
+    return out.getvalue().strip()
