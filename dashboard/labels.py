@@ -32,6 +32,20 @@ REASON_HELP: dict[str, str] = {
     gate.INVALID: "The model's proposal was malformed (a missing field, a value out of range).",
 }
 
+# A backtest's outcomes (facts.backtest), as a curator says them.
+OUTCOME_WORDS: dict[str, str] = {
+    "accepted": "written",
+    "pending": "held for review",
+    "rejected": "rejected",
+}
+
+
+def outcome_change(move: str) -> str:
+    """A backtest's "rejected->accepted" (the key `backtest --json` prints) as "rejected → written"."""
+    before, _, after = move.partition("->")
+    return f"{OUTCOME_WORDS.get(before, before)} → {OUTCOME_WORDS.get(after, after)}"
+
+
 assert set(SECTION_LABELS) == set(PROFILE_SECTIONS), "every profile section needs a label"
 assert set(REASON_HELP) == set(gate.REASON_CODES), "every gate reason code needs an explanation"
 

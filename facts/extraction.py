@@ -15,16 +15,21 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from .enums import HISTORY_SECTIONS, USER_SECTIONS, Authority, Category, Durability, Scope
 from .filtering import Row
 from .schemas import MemoryUpdate, Parsed, parse_update
 from .wording import SINGLE_VALUED
+
+if TYPE_CHECKING:
+    # Types only: langchain_core.language_models pulls in langsmith's tracing (~1 s of
+    # CPU), which every process importing the URLs (the web server's start, `migrate`'s
+    # checks) would pay; the model itself is built lazily in build_model.
+    from langchain_core.language_models import BaseChatModel
 
 MAX_EXISTING_FACTS = 200
 

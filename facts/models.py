@@ -336,6 +336,10 @@ class AuditEvent(models.Model):
         IMPORT = "import"
         # A dashboard account created, its role changed, deactivated or given a new link.
         TEAM = "team"
+        # A project given to a tenant or shared (facts/tenancy.py).
+        PROJECT = "project"
+        # A fact a curator wrote by hand (facts/manual.py; its card's source kind is manual).
+        ADD_FACT = "add_fact"
 
     actor = models.CharField(max_length=150)
     action = models.CharField(max_length=32, choices=Action.choices)

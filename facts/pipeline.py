@@ -24,7 +24,7 @@ from django.db.models import Q
 from django.utils import timezone
 from langchain_core.messages import BaseMessage, messages_from_dict
 
-from . import bulk, claims
+from . import bulk, claims, tenancy
 from .enums import PROFILE_SECTIONS
 from .erasure.guard import refuse_turn
 from .extraction import ExtractionError, extract, extractor_for, model_name_for
@@ -359,6 +359,7 @@ def run_turns_now(
 def _processing_turn(turn: CleanTurn) -> Turn:
     """The Turn row of a turn run synchronously (no debounce: it is being processed,
     claimed by this process)."""
+    tenancy.check(turn.user_id, turn.project_id)
     with transaction.atomic():
         # Refused before it is stored (found by tests/test_erasure_process.py: without
         # this, turns refused later in the pipeline stayed behind with their messages).

@@ -164,6 +164,9 @@ class ScopeParams:
     agent_name: str
     project_id: str | None
 
+    def as_tuple(self) -> tuple[str, str, str | None]:
+        return self.user_id, self.agent_name, self.project_id
+
 
 def parse_scope(params: Any) -> ScopeParams:
     for name in ("user_id", "agent_name", "project_id"):

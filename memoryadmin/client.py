@@ -74,14 +74,22 @@ class LocalMemory:
             raise MemoryUnavailable(str(exc)) from exc
 
     def context(self, ctx: MemoryContext, *, mode: str = "auto") -> dict[str, Any]:
+        from facts.tenancy import ProjectNotAllowed
         from memoryadmin import api_service
 
-        return api_service.serve_context(self._scope(ctx), mode=mode, door="local")
+        try:
+            return api_service.serve_context(self._scope(ctx), mode=mode, door="local")
+        except ProjectNotAllowed as exc:  # as over HTTP (403): refused, not a failure to retry
+            raise MemoryRejected(str(exc)) from exc
 
     def search(self, ctx: MemoryContext, query: str, *, limit: int = 5) -> list[dict[str, Any]]:
+        from facts.tenancy import ProjectNotAllowed
         from memoryadmin import api_service
 
-        return api_service.serve_search(self._scope(ctx), query, limit=limit, door="local")
+        try:
+            return api_service.serve_search(self._scope(ctx), query, limit=limit, door="local")
+        except ProjectNotAllowed as exc:
+            raise MemoryRejected(str(exc)) from exc
 
 
 class MemoryClient:

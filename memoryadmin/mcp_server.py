@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 
 from facts.enums import Category
 from facts.erasure.guard import ErasureInProgress
+from facts.tenancy import ProjectNotAllowed
 from facts.turns import TurnRejected, clean_turn
 
 from . import api_service
@@ -148,6 +149,8 @@ def build_server(identify: Identify) -> MCPServer:
         identity = who(ctx)
         try:
             hits = api_service.serve_search(identity.scope, query, limit=limit, door="mcp")
+        except ProjectNotAllowed as exc:
+            raise ToolError(str(exc)) from None
         finally:
             close_old_connections()
         return SearchResult(results=[SearchHit.model_validate(hit) for hit in hits])
@@ -165,6 +168,8 @@ def build_server(identify: Identify) -> MCPServer:
         identity = who(ctx)
         try:
             body = api_service.serve_context(identity.scope, mode=mode, door="mcp")
+        except ProjectNotAllowed as exc:
+            raise ToolError(str(exc)) from None
         finally:
             close_old_connections()
         return ContextResult.model_validate(body)
@@ -179,6 +184,8 @@ def build_server(identify: Identify) -> MCPServer:
         identity = who(ctx)
         try:
             rows = api_service.list_facts(identity.scope, category=category, limit=limit)
+        except ProjectNotAllowed as exc:
+            raise ToolError(str(exc)) from None
         finally:
             close_old_connections()
         return FactList(facts=[FactItem.model_validate(row) for row in rows])

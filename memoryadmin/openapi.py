@@ -40,7 +40,9 @@ _ERRORS = {
     "401": _error_response("No API key, an unknown key, or a revoked key", "invalid_key", "unknown API key"),
     "403": _error_response(
         "The key may not act for this agent (`agent_not_allowed`) or this user (`user_not_allowed`: the "
-        "key is limited to user-id patterns such as `acme:*`)",
+        "key is limited to user-id patterns such as `acme:*`), or the project belongs to another tenant than "
+        "the user's (`project_not_allowed`: a user reads and writes only its own tenant's projects and the "
+        "shared ones)",
         "user_not_allowed",
         "this key may not act for the user 'globex:carol'",
     ),
@@ -107,7 +109,8 @@ _SCOPE_PARAMS = [
         "name": "project_id",
         "in": "query",
         "required": False,
-        "description": "Load this project's memory too (and only this project's)",
+        "description": "Load this project's memory too (and only this project's): a project of the user's "
+        "own tenant, or a shared one (else 403 project_not_allowed)",
         "schema": {"$ref": "#/components/schemas/Id"},
     },
 ]

@@ -112,3 +112,16 @@ def rebuild_index(rebuild_id: int) -> str:
     # verifies it), instead of tokenizing every card a second time.
     record_check(DriftCheck.objects.create(requested_by=row.requested_by or "rebuild"), verify=False)
     return row.status
+
+
+@task()
+def load_demo() -> str:
+    """The demo conversations through the real pipeline (`manage.py bootstrap --queue-demo`,
+    which `make run` uses: the server answers while the worker loads them)."""
+    import io
+
+    from facts import demo
+
+    out = io.StringIO()
+    demo.load_demo(out)
+    return out.getvalue().strip()

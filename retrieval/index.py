@@ -680,5 +680,7 @@ from .reads import (  # noqa: E402, F401
     card_fields,
     contents,
     count,
+    lexical,
     vector_ranking,
+    vector_scores,
 )

@@ -26,12 +26,15 @@ _ASCII_WORD = re.compile(r"[a-z0-9]+")
 
 # Words so common in facts that they match a large part of the index ("的", "the",
 # "user" matched 26k–40k rows in a comparable system). Queries drop them unless nothing
-# else is left; documents keep them, so a query of only such words still works.
+# else is left; documents keep them, so a query of only such words still works. The
+# pieces of English contractions (cat's → cat + s, don't → don + t) are among them: "s"
+# matched every "User's …" fact.
 STOP_WORDS = frozenset(
     """
     a an and are as at be been but by can could did do does for from had has have how i if in into is it its
     me my no not of on or our please should so than that the their them then there these they this to too
     was we were what when where which who why will with would you your user users user's
+    s t d ll m re ve
     的 了 和 与 及 或 是 在 有 也 都 就 而 吗 呢 吧 啊 我 你 他 她 它 我们 你们 他们 这 那 这个 那个
     什么 怎么 如何 哪些 一个 一些 用户 请 把 被 让 给 对 从 到 为 以 之 其 中 上 下 很 还 又 要 会 能 可以
     """.split()

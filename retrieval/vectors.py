@@ -550,12 +550,15 @@ _VECTORS_OF = "SELECT hash, vec FROM vc.vectors WHERE hash IN ({marks})"
 # check reads a covering index (no blobs); a changed scope is read again. Bounded by
 # rows (8,192 × 2 KB = 16 MB), least recently used out first.
 _MATRIX_ROWS = 8192
-_matrices: OrderedDict[tuple[str, ...], tuple[list[tuple[str, str]], np.ndarray]] = OrderedDict()
+_matrices: OrderedDict[tuple[str, ...], tuple[list[tuple[str, str]], np.ndarray, np.ndarray]] = OrderedDict()
 _matrices_lock = threading.Lock()
 _matrix_rows = 0  # rows held by `_matrices`
 
 
-def _scope_matrix(conn: sqlite3.Connection, buckets: Sequence[str], now_ts: float) -> tuple[list[str], np.ndarray]:
+def _scope_matrix(
+    conn: sqlite3.Connection, buckets: Sequence[str], now_ts: float
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The scope's ids, their vectors and their question-ness (`question_direction`)."""
     key = tuple(buckets)
     marks = ", ".join("?" * len(buckets))
     pairs = conn.execute(_BUCKET_HASHES.format(marks=marks), (*buckets, now_ts)).fetchall()
@@ -563,7 +566,7 @@ def _scope_matrix(conn: sqlite3.Connection, buckets: Sequence[str], now_ts: floa
         cached_entry = _matrices.get(key)
         if cached_entry is not None and cached_entry[0] == pairs:
             _matrices.move_to_end(key)
-            return [fid for fid, _ in pairs], cached_entry[1]
+            return [fid for fid, _ in pairs], cached_entry[1], cached_entry[2]
     blobs: dict[str, bytes] = {}
     hashes = list(dict.fromkeys(h for _, h in pairs))
     for chunk in _chunks(hashes, LOOKUP_BATCH):
@@ -571,24 +574,56 @@ def _scope_matrix(conn: sqlite3.Connection, buckets: Sequence[str], now_ts: floa
         blobs.update(conn.execute(sql, tuple(chunk)).fetchall())
     pairs = [(fid, h) for fid, h in pairs if h in blobs]  # a vector lost from the cache: drift
     matrix = from_blobs([blobs[h] for _, h in pairs])
+    questionness = matrix @ question_direction() if len(pairs) else np.zeros(0, dtype=np.float32)
     global _matrix_rows
     with _matrices_lock:
         old = _matrices.pop(key, None)
         _matrix_rows += len(pairs) - (len(old[0]) if old else 0)
-        _matrices[key] = (pairs, matrix)
+        _matrices[key] = (pairs, matrix, questionness)
         while _matrix_rows > _MATRIX_ROWS and len(_matrices) > 1:
             _matrix_rows -= len(_matrices.popitem(last=False)[1][0])
-    return [fid for fid, _ in pairs], matrix
+    return [fid for fid, _ in pairs], matrix, questionness
 
 
 def rank(conn: sqlite3.Connection, query: str, buckets: Sequence[str], *, now_ts: float) -> list[tuple[str, float]]:
     """Every live card of `buckets` that has a vector, as (id, cosine similarity), best
     first (ties by id)."""
-    if not buckets or not query.strip():
-        return []
-    ids, matrix = _scope_matrix(conn, buckets, now_ts)
-    if not ids:
-        return []
-    sims = matrix @ query_vector(query)
+    ids, sims, _questions = scores(conn, query, buckets, now_ts=now_ts)
     order = np.lexsort((np.arange(len(ids)), -sims))  # ids are sorted: index order is id order
     return [(ids[i], float(sims[i])) for i in order]
+
+
+def scores(
+    conn: sqlite3.Connection, query: str, buckets: Sequence[str], *, now_ts: float
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Every live card of `buckets` that has a vector: (ids in id order, cosine
+    similarity to `query`, the card's projection on `question_direction`)."""
+    empty = np.zeros(0, dtype=np.float32)
+    if not buckets or not query.strip():
+        return [], empty, empty
+    ids, matrix, questionness = _scope_matrix(conn, buckets, now_ts)
+    if not ids:
+        return [], empty, empty
+    return ids, matrix @ query_vector(query), questionness
+
+
+_direction: np.ndarray | None = None
+
+
+def question_direction() -> np.ndarray:
+    """The unit vector from statements to the questions about them, in this model's
+    space: the mean difference over `query.QUESTION_PAIRS` (the same facts said and
+    asked, English and Chinese), embedded once per process. A card's projection on it
+    says how much the card is itself a question; search holds that against it, since a
+    question rarely holds the answer sought (issue 36)."""
+    global _direction
+    if _direction is None:
+        from .query import QUESTION_PAIRS
+
+        said = embed([statement for statement, _ in QUESTION_PAIRS])
+        asked = embed([question for _, question in QUESTION_PAIRS])
+        direction = (asked - said).mean(axis=0)
+        direction /= np.linalg.norm(direction)
+        direction.setflags(write=False)
+        _direction = direction
+    return _direction

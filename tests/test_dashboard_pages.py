@@ -75,18 +75,19 @@ def test_profiles_list_and_page_show_every_section(viewer_client: Client) -> Non
 def edit(client: Client, section: str, summary: str, revision: int, user: str = "alice"):
     return client.post(
         "/profiles/edit/",
-        {
-            "user": user,
-            "section_name": section,
-            f"{section}-section": section,
-            f"{section}-summary": summary,
-            f"{section}-revision": str(revision),
-            f"{section}-reason": "reviewed",
-        },
+        {"user": user, "revision": str(revision), "reason": "reviewed", section: summary},
     )
 
 
-def test_editing_a_section_goes_through_the_writer_with_history(reviewer_client: Client, store: Store) -> None:
+@pytest.fixture
+def alice_known(make_card) -> None:
+    """Profiles are edited for people memory holds something about (issue 33)."""
+    save_card(make_card(user_id="alice"), actor="t")
+
+
+def test_editing_a_section_goes_through_the_writer_with_history(
+    reviewer_client: Client, store: Store, alice_known: None
+) -> None:
     edit(reviewer_client, "topOfMind", "Learning context engineering.", 0)
     profile = store.read_profile("alice")
     assert profile.section("topOfMind").summary == "Learning context engineering."
@@ -98,7 +99,7 @@ def test_editing_a_section_goes_through_the_writer_with_history(reviewer_client:
     assert "-Learning context engineering." in body and "+Shipping the dashboard." in body
 
 
-def test_a_stale_profile_edit_is_refused(reviewer_client: Client, store: Store) -> None:
+def test_a_stale_profile_edit_is_refused(reviewer_client: Client, store: Store, alice_known: None) -> None:
     edit(reviewer_client, "topOfMind", "First.", 0)
     edit(reviewer_client, "topOfMind", "Lost update.", 0)
     assert store.read_profile("alice").section("topOfMind").summary == "First."
@@ -300,10 +301,10 @@ def test_the_playground_breaks_scores_into_parts(viewer_client: Client, make_car
     response = viewer_client.get("/search/", {"q": "中文", "user": "alice", "agent": "coder"})
     hits = response.context["hits"]
     assert len(hits) == 1
-    hit, bm25_part = hits[0]
-    assert bm25_part == pytest.approx(-hit.bm25 * hit.decay)
-    assert hit.score == pytest.approx(bm25_part + hit.confidence_part)
-    assert "−bm25 × decay" in response.content.decode()
+    hit, relevance_part = hits[0]
+    assert relevance_part == pytest.approx(hit.fused * hit.decay)
+    assert hit.score == pytest.approx(relevance_part + hit.confidence_part)
+    assert "relevance × decay" in response.content.decode()
 
 
 def test_the_facts_list_searches_through_the_index(viewer_client: Client, make_card) -> None:

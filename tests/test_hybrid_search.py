@@ -1,5 +1,6 @@
-"""Hybrid search (issue 19): sentence vectors beside the FTS5 index, fused by reciprocal
-rank, kept in step by every write, rebuilt and checked like the index."""
+"""Hybrid search (issue 19): sentence vectors beside the FTS5 index, fused with it (issue
+36: normalized BM25 plus cosine), kept in step by every write, rebuilt and checked like
+the index."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from facts.erasure.plan import Plan, plan
 from facts.erasure.run import erase
 from facts.erasure.scope import Scope
 from facts.errors import InvalidId
+from facts.people import PersonError, person_id
 
 SHOWN_IDS = 20
 
@@ -33,6 +34,12 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="Counts and ids as JSON")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            # Someone memory holds something about, or a one-line refusal: never an
+            # erasure of nobody ("0 item(s) removed").
+            person_id(options["user"])
+        except PersonError as exc:
+            raise CommandError(str(exc)) from None
         try:
             scope = Scope.of(options["user"], options["agent"], options["thread"], options["project"])
         except InvalidId as exc:

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from facts import tenancy
 from facts.extraction import ExtractionError
 from facts.pipeline import REPLAY_BATCH, run_replays, run_turns_now
 from facts.turns import CleanTurn, TurnRejected, clean_turn
@@ -40,6 +41,8 @@ def parse_line(text: str) -> tuple[CleanTurn, dict[str, Any] | None]:
             messages=data.get("messages"),
             created_at=data.get("created_at"),
         )
+        # A project of another tenant is refused here as at every other door.
+        tenancy.check(turn.user_id, turn.project_id)
     except TurnRejected as exc:
         raise ValueError(str(exc)) from None
     return turn, data.get("model_output")
