@@ -9,11 +9,37 @@ export DJANGO_SETTINGS_MODULE := memoryadmin.settings
 
 .PHONY: run test test-sqlite lint bench venv migrate worker browser-deps clean e2e-llm test-postgres soak
 
+# Packages are installed by uv (pinned below, itself from PyPI): the same pins from
+# requirements.txt as pip would install, in a second or two instead of a minute
+# (docs/dependencies.md). uv lives once per user beside its cache, not in each clone.
+# First from uv's cache alone (--offline: no index request at all), then, if a pin is not
+# in the cache yet, from the index. PIP=1 installs with pip instead, as before.
+UV_VERSION := 0.13.10
+UV_HOME ?= $(HOME)/.cache/memory-curation/uv-$(UV_VERSION)
+UV := $(UV_HOME)/bin/uv
+export UV_PYTHON_DOWNLOADS := never
+# uv does not compile the packages to bytecode (all of them: ~20 s of CPU); Python compiles
+# what it imports and keeps it in __pycache__ -- unless PYTHONDONTWRITEBYTECODE is set,
+# when every process would compile its imports again (~6 s of CPU per Django process).
+unexport PYTHONDONTWRITEBYTECODE
+
+$(UV):
+	$(PYTHON) -m venv $(UV_HOME)
+	$(UV_HOME)/bin/python -m pip install --quiet uv==$(UV_VERSION)
+
+ifeq ($(PIP),1)
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
 	touch $@
+else
+$(VENV)/.installed: requirements.txt | $(UV)
+	test -x $(PY) || $(UV) venv --quiet --python $(PYTHON) $(VENV)
+	$(UV) pip install --quiet --python $(PY) --offline -r requirements.txt 2>/dev/null \
+	  || $(UV) pip install --quiet --python $(PY) -r requirements.txt
+	touch $@
+endif
 
 venv: $(VENV)/.installed
 
@@ -25,13 +51,15 @@ migrate: venv
 # (a clean exit), and so does either one exiting (its status is kept). `stop` names the
 # two processes and clears the traps first: the old `kill 0` signalled this shell too,
 # re-entering its own trap until bash crashed ("Segmentation fault").
-run: migrate
-	$(PY) manage.py bootstrap
+# `bootstrap` migrates and queues the demo for the worker, so the server starts at once;
+# the server loads its tokenizers after it listens (docs/operations.md "First start").
+run: venv
+	$(PY) manage.py bootstrap --queue-demo
 	@echo "Dashboard: http://$(HOST):$(PORT)/  (worker: manage.py db_worker)"
 	@stop() { trap - INT TERM EXIT; kill $$pids 2>/dev/null; wait; echo "Stopped the web server and the worker."; }; \
 	trap 'stop; exit 0' INT TERM; trap stop EXIT; \
-	$(PY) manage.py db_worker --interval 1 --no-reload & pids=$$!; \
-	$(PY) manage.py serve --listen $(HOST):$(PORT) & pids="$$pids $$!"; \
+	$(PY) manage.py serve --listen $(HOST):$(PORT) & pids=$$!; \
+	$(PY) manage.py db_worker --interval 1 --no-reload & pids="$$pids $$!"; \
 	wait -n
 
 worker: migrate

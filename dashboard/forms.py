@@ -12,11 +12,13 @@ from django.contrib.auth.models import User
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.urls import reverse_lazy
 
+from facts import manual, tenancy
 from facts.enums import PROFILE_SECTIONS, CardStatus, Category, choices
 from facts.errors import InvalidId
 from facts.gate import REASON_CODES
-from facts.ids import check_fact_id, normalize_agent, normalize_id
+from facts.ids import check_fact_id, normalize_agent
 from facts.models import AuditEvent, Candidate, ExtractionRun
+from facts.people import NoSuchPerson, PersonError, person_id
 from memoryadmin.models import parse_user_patterns
 from retrieval.limits import SEARCH_LIMIT_DEFAULT, SEARCH_LIMIT_MAX, SEARCH_LIMIT_MIN
 
@@ -133,6 +135,44 @@ class CorrectForm(forms.Form):
         return self.cleaned_data["key"].strip()
 
 
+class AddFactForm(forms.Form):
+    """A fact written by hand: whose (a user × agent, or a project), its key, category
+    and content, checked by `facts.manual.check` (the agents' doors' rules)."""
+
+    scope = forms.ChoiceField(
+        choices=[("user", "A user (with one agent)"), ("project", "A project (every member's agents)")],
+        initial="user",
+        widget=forms.RadioSelect,
+    )
+    user = forms.CharField(required=False, max_length=400, strip=False, widget=UserPicker, label="User id")
+    agent = forms.CharField(
+        required=False, max_length=200, widget=AgentPicker, label="Agent", help_text="empty: the default agent"
+    )
+    project = forms.CharField(required=False, max_length=400, strip=False, label="Project id")
+    key = forms.CharField(max_length=400, label="Key", help_text="e.g. response_language")
+    category = forms.ChoiceField(choices=choices(Category), initial=Category.PREFERENCE)
+    content = forms.CharField(max_length=4000, strip=False, widget=forms.Textarea(attrs={"rows": 3}))
+    reason = forms.CharField(required=False, max_length=2000, label="Why (kept in the audit log)")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if self.errors:
+            return data
+        try:
+            data["fact"] = manual.check(
+                scope=data["scope"],
+                user_id=data.get("user", ""),
+                agent_name=data.get("agent", ""),
+                project_id=data.get("project", ""),
+                key=data["key"],
+                category=data["category"],
+                content=data["content"],
+            )
+        except manual.ManualFactError as exc:
+            self.add_error(exc.field if exc.field in self.fields else None, exc.message)
+        return data
+
+
 class ExpireForm(OptionalReasonForm):
     at = forms.DateTimeField(
         required=False,
@@ -152,6 +192,9 @@ class ForgetThreadForm(forms.Form):
     agent = forms.CharField(max_length=64, widget=AgentPicker)
     thread = forms.CharField(max_length=200)
     confirm = forms.CharField(required=False, max_length=200, label="Type the thread id to confirm")
+
+    def clean_user(self) -> str:
+        return clean_person(self.cleaned_data["user"])
 
     def clean_agent(self) -> str:
         return clean_agent(self.cleaned_data.get("agent", ""))
@@ -215,29 +258,54 @@ class BulkForm(CandidateFilters):
         return data
 
 
-class ProfileSectionForm(forms.Form):
-    section = forms.ChoiceField(choices=[(s, s) for s in PROFILE_SECTIONS])
-    summary = forms.CharField(required=False, max_length=10000, widget=forms.Textarea(attrs={"rows": 3}))
+class ProfileForm(forms.Form):
+    """Every section of one profile in one form: Save writes each section whose text
+    differs from the profile it was shown, as one new version, so text typed in one
+    section is never dropped by saving another (issue 37)."""
+
+    user = forms.CharField(max_length=200, widget=forms.HiddenInput)
     revision = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
-    reason = forms.CharField(required=False, max_length=2000)
+    reason = forms.CharField(required=False, max_length=2000, label="Why")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in PROFILE_SECTIONS:
+            self.fields[name] = forms.CharField(
+                required=False, max_length=10000, widget=forms.Textarea(attrs={"rows": 3})
+            )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        for name in PROFILE_SECTIONS:
+            if name in data:
+                # A browser sends a textarea's line breaks as CRLF; the file keeps "\n".
+                data[name] = data[name].replace("\r\n", "\n").replace("\r", "\n")
+        return data
 
 
-class UserPick(forms.Form):
-    user = forms.CharField(max_length=200, widget=UserPicker)
+def clean_person(value: str) -> str:
+    """A person's id as typed: someone memory holds something about (`facts.people`);
+    the error's code says which answer a page gives (``no_such_person``: 404)."""
+    try:
+        return person_id(value)
+    except NoSuchPerson as exc:
+        raise forms.ValidationError(str(exc), code="no_such_person") from None
+    except PersonError as exc:
+        raise forms.ValidationError(str(exc), code="invalid_person") from None
 
 
 class UserIdForm(forms.Form):
-    """One user id, checked the way the store names folders (length, NUL, encodable)."""
+    """One person's id (`clean_person`): export, erase, the Profiles page."""
 
     user = forms.CharField(max_length=200, strip=False, widget=UserPicker)
 
     def clean_user(self) -> str:
-        value = self.cleaned_data["user"]
-        try:
-            normalize_id(value, what="user id")
-        except InvalidId as exc:
-            raise forms.ValidationError(str(exc)) from None
-        return value
+        return clean_person(self.cleaned_data["user"])
+
+    @property
+    def status(self) -> int:
+        """The page's answer to an invalid form: 404 for "no such person", else 400."""
+        return 404 if self.has_error("user", "no_such_person") else 400
 
 
 class PageForm(forms.Form):
@@ -336,6 +404,17 @@ class ScopeForm(forms.Form):
 
     def clean_project(self) -> str:
         return self.cleaned_data.get("project", "").strip()
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        user, project = data.get("user"), data.get("project")
+        if user and project and not tenancy.may_use(user, project):
+            # What the agents' doors refuse is not previewed as if it were served.
+            self.add_error(
+                "project",
+                f"{project!r} belongs to another tenant than {user!r}: agents get 403 project_not_allowed",
+            )
+        return data
 
 
 class PreviewForm(ScopeForm):
@@ -538,3 +617,36 @@ class InjectionsForm(ScopeFilters):
         if not data.get("user"):
             self.add_error("user", "Give the user whose agent you want to look at.")
         return data
+
+
+# --- projects and their tenants (dashboard/views/projects.py) ---------------------------
+
+
+class ProjectsFilter(forms.Form):
+    q = forms.CharField(required=False, max_length=200, label="Project")
+    page = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+
+
+class ProjectTenancyForm(forms.Form):
+    """A project's owner: a tenant name ("" for the users without a tenant prefix), or shared."""
+
+    project = forms.CharField(max_length=200)
+    tenant = forms.CharField(required=False, max_length=200, strip=False)
+    shared = forms.BooleanField(required=False, label="Shared with every tenant")
+    reason = forms.CharField(required=False, max_length=2000)
+
+    def clean_project(self) -> str:
+        from facts.turns import TurnRejected, clean_id
+
+        try:
+            return str(clean_id("project", self.cleaned_data["project"], required=True, allow_paths=False))
+        except TurnRejected as exc:
+            raise forms.ValidationError(exc.message) from None
+
+    def clean_tenant(self) -> str:
+        from facts.tenancy import check_tenant
+
+        try:
+            return check_tenant(self.cleaned_data.get("tenant") or "")
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None

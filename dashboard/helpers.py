@@ -1,10 +1,12 @@
 """Page helpers every dashboard view shares: who is acting, the audit entry of a
 change, paging with the filters kept, the "changed" event htmx regions refresh on,
-line diffs of two texts, and the fact named in a URL checked against its scope."""
+line diffs of two texts, the fact named in a URL checked against its scope, and when a
+recorded message was said."""
 
 from __future__ import annotations
 
 import difflib
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -83,3 +85,16 @@ def fact_in_scope(request: HttpRequest, fact_id: str) -> FactCard:
     if request.POST.get("scope", "") != scope_label(row):
         raise Http404("no such fact in this scope")
     return row
+
+
+def said_at_of(row: Any) -> datetime | None:
+    """When a run's recorded message (`ExtractionRun.filtered_rows`) was said, if its
+    turn said so; None for rows recorded without it."""
+    value = row.get("said_at") if isinstance(row, dict) else None
+    if not isinstance(value, str):
+        return None
+    try:
+        said = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return said if said.tzinfo is not None else None

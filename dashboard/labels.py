@@ -19,9 +19,32 @@ REASON_HELP: dict[str, str] = {
     gate.LOW_CONFIDENCE: "The model's confidence is under the threshold (MEMORY_CONFIDENCE_THRESHOLD).",
     gate.EVIDENCE_MISSING: "The quoted evidence is not in the message it names (or that message is gone).",
     gate.EVIDENCE_NOT_USER: "The evidence is from the assistant or a tool: only the user's words count.",
+    gate.DANGLING_REFERENCE: (
+        'Points at something only the conversation held ("it", "them", "that place", 这个): '
+        "it would not make sense on its own. Approve only if you can read it alone."
+    ),
+    gate.UNGROUNDED: "Says something (a name, a number, a thing) that is not in the user's quoted words.",
+    gate.KEY_MISMATCH: (
+        "Uses a key that names one attribute (like the answer language) for a statement about something else: "
+        "approving it would replace the card that holds that attribute."
+    ),
     gate.DUPLICATE: "Says what a live card already says.",
     gate.INVALID: "The model's proposal was malformed (a missing field, a value out of range).",
 }
+
+# A backtest's outcomes (facts.backtest), as a curator says them.
+OUTCOME_WORDS: dict[str, str] = {
+    "accepted": "written",
+    "pending": "held for review",
+    "rejected": "rejected",
+}
+
+
+def outcome_change(move: str) -> str:
+    """A backtest's "rejected->accepted" (the key `backtest --json` prints) as "rejected → written"."""
+    before, _, after = move.partition("->")
+    return f"{OUTCOME_WORDS.get(before, before)} → {OUTCOME_WORDS.get(after, after)}"
+
 
 assert set(SECTION_LABELS) == set(PROFILE_SECTIONS), "every profile section needs a label"
 assert set(REASON_HELP) == set(gate.REASON_CODES), "every gate reason code needs an explanation"

@@ -1,7 +1,7 @@
 """Every dashboard page's URL (included at the site root by memoryadmin.urls)."""
 
 from django.contrib.auth import views as auth_views
-from django.urls import path, reverse_lazy
+from django.urls import path
 
 from .views import (
     agents,
@@ -16,6 +16,7 @@ from .views import (
     people,
     preview,
     profiles,
+    projects,
     review,
     runs,
     search,
@@ -27,6 +28,7 @@ from .views import (
 urlpatterns = [
     path("", overview.overview, name="overview"),
     path("facts/", facts.fact_list, name="fact_list"),
+    path("facts/add/", facts.fact_add, name="fact_add"),  # before facts/<id>/ ("add" is no fact id)
     path("facts/<str:fact_id>/", facts.fact_detail, name="fact_detail"),
     path("facts/<str:fact_id>/correct/", facts.fact_correct, name="fact_correct"),
     path("facts/<str:fact_id>/expire/", facts.fact_expire, name="fact_expire"),
@@ -47,6 +49,8 @@ urlpatterns = [
     path("review/<int:pk>/approve/", review.candidate_approve, name="candidate_approve"),
     path("review/<int:pk>/dismiss/", review.candidate_dismiss, name="candidate_dismiss"),
     path("profiles/", profiles.profiles, name="profiles"),
+    path("projects/", projects.projects, name="projects"),
+    path("projects/settings/", projects.project_settings, name="project_settings"),
     path("turns/", turns.turn_problems, name="turn_problems"),
     path("turns/badge/", turns.turn_badge, name="turn_badge"),
     path("turns/retry/", turns.turn_retry_all, name="turn_retry_all"),
@@ -82,10 +86,7 @@ urlpatterns = [
     path("team/<int:pk>/link/", team.team_link, name="team_link"),
     path(
         "team/set-password/<uidb64>/<token>/",
-        auth_views.PasswordResetConfirmView.as_view(
-            template_name="registration/set_password.html",
-            success_url=reverse_lazy("team_password_set"),
-        ),
+        team.SetPasswordView.as_view(),
         name="team_set_password",
     ),
     path(

@@ -1,4 +1,4 @@
-"""The fact card file: a Markdown file with YAML front matter (DESIGN.md §3).
+"""The fact card file: a Markdown file with YAML front matter (docs/design.md §4).
 
 `Card` and its `Source` are the pydantic models of the file format; `dump_card` writes
 a card exactly as `yaml.dump` would (by a fast emitter for the simple values a card

@@ -1,4 +1,4 @@
-"""Claimed work has a lease (DESIGN.md §10).
+"""Claimed work has a lease (docs/design.md §6).
 
 A worker that takes turns for extraction stamps them, and the run it records, with a
 claim token and a lease (`MEMORY_CLAIM_LEASE_SECONDS`, default 120 s). While it works,

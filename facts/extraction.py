@@ -1,4 +1,4 @@
-"""The extraction model behind one thin seam (STYLE.md §7).
+"""The extraction model behind one thin seam (CONTRIBUTING.md, "How the code should feel").
 
 `extract(rows, profile=…, existing_facts=…)` sends the filtered conversation to any
 OpenAI-compatible server through `ChatOpenAI(...).with_structured_output(MemoryUpdate)`
@@ -15,15 +15,21 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from .enums import HISTORY_SECTIONS, USER_SECTIONS, Authority, Category, Durability, Scope
 from .filtering import Row
 from .schemas import MemoryUpdate, Parsed, parse_update
+from .wording import SINGLE_VALUED
+
+if TYPE_CHECKING:
+    # Types only: langchain_core.language_models pulls in langsmith's tracing (~1 s of
+    # CPU), which every process importing the URLs (the web server's start, `migrate`'s
+    # checks) would pay; the model itself is built lazily in build_model.
+    from langchain_core.language_models import BaseChatModel
 
 MAX_EXISTING_FACTS = 200
 
@@ -119,12 +125,18 @@ Rules:
    - confidence: a number from 0 to 1.
 6. key names one stable attribute in snake_case (response_language, primary_stack). Reuse
    the key of an existing fact when the user changes or corrects that attribute, so the new
-   value replaces the old one.
-7. summaries update profile sections: {", ".join(USER_SECTIONS)}
+   value replaces the old one. These keys hold one value each and are only for a fact about
+   that attribute: {", ".join(SINGLE_VALUED)} (a user who mentions French is not asking for
+   answers in French). Anything else gets a key naming its own subject (likes_hiking).
+7. content is one self-contained sentence about the user, readable months later on its
+   own: name what it is about, never "it", "them", "that place", "这个", "那里"; say only
+   what the user's words say (no names, numbers or details they did not give). Keep code,
+   versions, operators and links exactly as written.
+8. summaries update profile sections: {", ".join(USER_SECTIONS)}
    (history: {", ".join(HISTORY_SECTIONS)}). A summary replaces the section; topOfMind
    holds the user's current long-term focus, not tonight's task. Same scope/authority
    labels and the same evidence rules as facts.
-8. confirmations: only when the user explicitly re-confirms an existing fact (name it by
+9. confirmations: only when the user explicitly re-confirms an existing fact (name it by
    key or fact_id, with the user's words as evidence). Repetition is not confirmation.
 
 Allowed values: scope {_values(Scope)}; durability {_values(Durability)}; authority

@@ -1,4 +1,4 @@
-"""Which messages of a turn may be shown to the extraction model (DESIGN.md §4, article §2).
+"""Which messages of a turn may be shown to the extraction model (docs/design.md §5.1).
 
 Kept: the user's own words and assistant text replies. Dropped: tool traffic, system
 messages, anything the runtime injected (memory, uploads, runtime notes), hidden

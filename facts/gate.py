@@ -13,6 +13,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
+from . import wording
 from .enums import Authority, Durability, Scope
 from .filtering import Row
 from .schemas import Confirmation, FactCandidate, SummaryCandidate
@@ -28,9 +29,14 @@ EVIDENCE_MISSING = "evidence_missing"
 EVIDENCE_NOT_USER = "evidence_not_user"
 DUPLICATE = "duplicate"
 INVALID = "invalid"
+# The fact's own words (facts/wording.py): pointing outside itself, saying what the
+# evidence does not, or using a single-valued key for something else.
+DANGLING_REFERENCE = "dangling_reference"
+UNGROUNDED = "ungrounded"
+KEY_MISMATCH = "key_mismatch"
 REASON_CODES: tuple[str, ...] = (
     SCOPE_THREAD, SCOPE_PROJECT, TEMPORARY, TRANSACTIONAL, LOW_CONFIDENCE,
-    EVIDENCE_MISSING, EVIDENCE_NOT_USER, DUPLICATE, INVALID,
+    EVIDENCE_MISSING, EVIDENCE_NOT_USER, DANGLING_REFERENCE, UNGROUNDED, KEY_MISMATCH, DUPLICATE, INVALID,
 )  # fmt: skip
 
 # --- pure rules -------------------------------------------------------------------
@@ -84,7 +90,24 @@ def judge_fact(fact: FactCandidate, rows: Sequence[Row], *, project_id: str | No
         reasons.append(TRANSACTIONAL)
     if not fact.confidence >= threshold:
         reasons.append(LOW_CONFIDENCE)
-    reasons += evidence_reasons(fact.evidence_message_id, fact.evidence_text, rows)
+    evidence = evidence_reasons(fact.evidence_message_id, fact.evidence_text, rows)
+    said = None
+    if not evidence:
+        said = next(r["content"] for r in rows if r["id"] == fact.evidence_message_id)
+    return reasons + evidence + wording_reasons(fact, said=said, project_id=project_id)
+
+
+def wording_reasons(fact: FactCandidate, *, said: str | None, project_id: str | None = None) -> list[str]:
+    """What the fact's own words fail: self-contained; grounded in the user's message
+    that holds the quote (`said`; None when the evidence check already failed, and the
+    turn's project id counts as said: "this repo" is that project); its key."""
+    reasons = []
+    if wording.dangling_words(fact.content):
+        reasons.append(DANGLING_REFERENCE)
+    if said is not None and wording.ungrounded_words(fact.content, said + " " + (project_id or "")):
+        reasons.append(UNGROUNDED)
+    if wording.key_mismatch(fact.key, fact.content):
+        reasons.append(KEY_MISMATCH)
     return reasons
 
 

@@ -1,4 +1,4 @@
-"""Ids and the folder names they become on disk (DESIGN.md §3).
+"""Ids and the folder names they become on disk (docs/design.md §4).
 
 User and project ids become folder names that can never escape the memory root, agent
 names are normalized to one spelling, fact ids are checked and created here, and a

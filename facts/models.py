@@ -303,6 +303,9 @@ class Candidate(models.Model):
     review_note = models.TextField(blank=True, default="")
     fact_id = models.CharField(max_length=17, blank=True, default="", help_text="The card it produced")
     created_at = models.DateTimeField(auto_now_add=True)
+    # When its evidence message was said, if the turn said so (issue 35): the created_at
+    # of the card it makes, now or when a reviewer approves it. Null: said when received.
+    said_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [
@@ -337,6 +340,10 @@ class AuditEvent(models.Model):
         IMPORT = "import"
         # A dashboard account created, its role changed, deactivated or given a new link.
         TEAM = "team"
+        # A project given to a tenant or shared (facts/tenancy.py).
+        PROJECT = "project"
+        # A fact a curator wrote by hand (facts/manual.py; its card's source kind is manual).
+        ADD_FACT = "add_fact"
 
     actor = models.CharField(max_length=150)
     action = models.CharField(max_length=32, choices=Action.choices)

@@ -24,7 +24,7 @@ from django.db.models import Q
 from django.utils import timezone
 from langchain_core.messages import BaseMessage, messages_from_dict
 
-from . import bulk, claims
+from . import bulk, claims, tenancy
 from .enums import PROFILE_SECTIONS
 from .erasure.guard import refuse_turn
 from .extraction import ExtractionError, extract, extractor_for, model_name_for
@@ -33,7 +33,7 @@ from .models import Candidate, ExtractedMessage, ExtractionRun, FactCard, Turn
 from .runs import Context, apply_runs, json_safe
 from .schemas import Parsed, parse_update
 from .store import get_store
-from .turns import CleanTurn, clean_turn
+from .turns import CleanTurn, clean_turn, said_times
 
 
 @dataclass
@@ -176,6 +176,7 @@ def _start(
     started = time.perf_counter()
     fresh = _new_messages(user_id, agent_name, thread_id, messages)
     rows: list[Row] = filter_messages(fresh)
+    said = said_times(fresh)
     replay = model_output is not None
     with transaction.atomic():
         # The run holds the user's words: never recorded once an erasure has begun.
@@ -185,7 +186,7 @@ def _start(
             agent_name=agent_name,
             thread_id=thread_id,
             project_id=project_id or "",
-            filtered_rows=rows,
+            filtered_rows=_recorded_rows(rows, said),
             replay=replay,
             extractor="" if replay else extractor_for(model),
             model_name="" if replay else model_name_for(model),
@@ -223,9 +224,24 @@ def _start(
         run.completion_tokens = extraction.completion_tokens
         run.model_name = extraction.model_name or run.model_name
     ctx = Context.from_settings(
-        user_id=user_id, agent_name=agent_name, thread_id=thread_id, project_id=project_id or None, rows=rows, now=now
+        user_id=user_id,
+        agent_name=agent_name,
+        thread_id=thread_id,
+        project_id=project_id or None,
+        rows=rows,
+        now=now,
+        said_at=said,
     )
     return _Started(run, result, ctx, parsed, fed, turn_ids, started)
+
+
+def _recorded_rows(rows: Sequence[Row], said: Mapping[str, datetime]) -> list[dict[str, Any]]:
+    """The rows as the run records them: with when each was said, where the turn said
+    so (the model is shown the rows without it)."""
+    return [
+        {**row, "said_at": said[row["id"]].isoformat().replace("+00:00", "Z")} if row["id"] in said else dict(row)
+        for row in rows
+    ]
 
 
 def _apply(started: Sequence[_Started]) -> list[RunResult]:
@@ -308,11 +324,18 @@ def run_turns_now(
     messages: Any,
     model_output: Any = None,
     model: Any = None,
+    created_at: Any = None,
 ) -> RunResult:
     """Synchronous ingestion (backfills, demos, `manage.py ingest`): same validation,
-    same pipeline and gate, no debounce. The turn is recorded as processed."""
+    same pipeline and gate, no debounce. The turn is recorded as processed; `created_at`
+    is when it was said (`facts.turns.clean_turn`)."""
     turn = clean_turn(
-        user_id=user_id, agent_name=agent_name, thread_id=thread_id, project_id=project_id, messages=messages
+        user_id=user_id,
+        agent_name=agent_name,
+        thread_id=thread_id,
+        project_id=project_id,
+        messages=messages,
+        created_at=created_at,
     )
     row = _processing_turn(turn)
     try:
@@ -336,6 +359,7 @@ def run_turns_now(
 def _processing_turn(turn: CleanTurn) -> Turn:
     """The Turn row of a turn run synchronously (no debounce: it is being processed,
     claimed by this process)."""
+    tenancy.check(turn.user_id, turn.project_id)
     with transaction.atomic():
         # Refused before it is stored (found by tests/test_erasure_process.py: without
         # this, turns refused later in the pipeline stayed behind with their messages).

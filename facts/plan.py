@@ -118,10 +118,17 @@ class Plan:
         self.ops[card.id] = writer.Put(card, previous.expected_revision if previous else expected, reason)
 
     def add_fact(self, bucket: Bucket, card: Card, reason: str = "") -> Card:
-        """Write `card`; an active card with the same key is superseded by it."""
+        """Write `card`; an active card with the same key is superseded by it, unless
+        `card` is a backfill (dated before it is written: said earlier, issue 35) of
+        something said before that card: then `card` goes straight into history,
+        superseded by the newer one, which stays."""
         live = self.bucket(bucket)
         old_id = live.keys.get(card.key)
         old = self.card(bucket, old_id) if old_id else None
+        if old is not None and card.created_at < card.updated_at and old.created_at > card.created_at:
+            card = card.model_copy(update={"status": CardStatus.SUPERSEDED, "superseded_by": old.id})
+            self.put(card, None, reason)
+            return card
         if old is not None:
             retired = old.model_copy(
                 update={"status": CardStatus.SUPERSEDED, "superseded_by": card.id, "updated_at": card.updated_at}
@@ -133,9 +140,16 @@ class Plan:
         live.add(card.id, card.key, card.content)
         return card
 
-    def confirm(self, bucket: Bucket, card: Card, at: datetime, reason: str = "") -> Card:
+    def confirm(
+        self, bucket: Bucket, card: Card, at: datetime, reason: str = "", *, said_at: datetime | None = None
+    ) -> Card:
+        """Count a confirmation; `last_confirmed_at` is when it was said (`said_at`, else
+        `at`), never moved back by a backfill of an older one."""
+        confirmed = said_at or at
+        if card.last_confirmed_at is not None and card.last_confirmed_at > confirmed:
+            confirmed = card.last_confirmed_at
         updated = card.model_copy(
-            update={"last_confirmed_at": at, "confirmation_count": card.confirmation_count + 1, "updated_at": at}
+            update={"last_confirmed_at": confirmed, "confirmation_count": card.confirmation_count + 1, "updated_at": at}
         )
         self.put(updated, card.revision, reason)
         return updated
@@ -170,8 +184,10 @@ def new_card(
     confidence: float,
     at: datetime,
     source: Source,
+    said_at: datetime | None = None,
 ) -> Card:
-    """A new active card of `bucket` (user × agent, or project)."""
+    """A new active card of `bucket` (user × agent, or project), written `at`; its
+    created_at is when its evidence was said (`said_at`, issue 35), else `at`."""
     return Card(
         id=new_fact_id(),
         key=key,
@@ -180,7 +196,7 @@ def new_card(
         user_id=bucket.user_id,
         agent_name=bucket.agent_name if bucket.user_id is not None else None,
         project_id=bucket.project_id if bucket.user_id is None else None,
-        created_at=at,
+        created_at=min(said_at, at) if said_at is not None else at,
         updated_at=at,
         source=source,
         content=content,

@@ -1,6 +1,6 @@
 """The profile file, ``memory.json``: a user's profile and history summaries.
 
-`Profile` holds the sections of DESIGN.md §3 (`USER_SECTIONS`, `HISTORY_SECTIONS`),
+`Profile` holds the sections of docs/design.md §4 (`USER_SECTIONS`, `HISTORY_SECTIONS`),
 each a `Section` with its summary, when it changed and where it came from;
 `dump_profile` and `parse_profile` are the file format.
 """

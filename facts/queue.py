@@ -16,6 +16,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from . import tenancy
 from .erasure.guard import refuse_turn
 from .models import ExtractedMessage, Turn
 from .tasks import debounce, schedule
@@ -69,13 +70,20 @@ def record_turn(
     project_id: Any = None,
     messages: Any,
     flush: bool = False,
+    created_at: Any = None,
 ) -> Receipt:
     """Validate a turn, store it durably and schedule its extraction (`queue_turn`).
 
-    Raises `facts.turns.TurnRejected` for input no door accepts.
+    Raises `facts.turns.TurnRejected` for input no door accepts (`ProjectNotAllowed`, one
+    of them, for a project of another tenant).
     """
     turn = clean_turn(
-        user_id=user_id, agent_name=agent_name, thread_id=thread_id, project_id=project_id, messages=messages
+        user_id=user_id,
+        agent_name=agent_name,
+        thread_id=thread_id,
+        project_id=project_id,
+        messages=messages,
+        created_at=created_at,
     )
     return queue_turn(turn, flush=flush)
 
@@ -87,6 +95,8 @@ def queue_turn(turn: CleanTurn, *, flush: bool = False) -> Receipt:
     summarization flush and the normal path never feed the same message twice.
     `flush=True` processes the thread without waiting for the debounce window.
     """
+    # A project of another tenant is refused at every door (facts/tenancy.py).
+    tenancy.check(turn.user_id, turn.project_id)
     with transaction.atomic():
         # A turn of a user being erased is refused, never half-kept (the API answers 409).
         refuse_turn(turn.user_id, turn.agent_name, turn.thread_id, turn.project_id)

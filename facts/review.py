@@ -14,7 +14,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from . import audit, writer
+from . import audit, tenancy, writer
 from .cardfile import Source, now_utc
 from .enums import PROFILE_SECTIONS, Category, SourceKind
 from .gate import target_bucket
@@ -83,6 +83,12 @@ def apply_candidate(
     at = now_utc()
     fact_id: str | None = None
     project_id = candidate.project_id or None
+    if project_id and not tenancy.may_use(candidate.user_id, project_id):
+        # A candidate from before the tenant walls (facts/tenancy.py): nothing of it may
+        # be read from or written into a project its user's tenant may not use.
+        if candidate.kind == Candidate.Kind.FACT and candidate.scope == "project":
+            raise ReviewError(f"project: {project_id!r} belongs to another tenant than {candidate.user_id!r}")
+        project_id = None
     ids = {"user_id": candidate.user_id, "agent_name": candidate.agent_name, "project_id": project_id}
     source = Source(
         kind=SourceKind.REVIEW,
@@ -100,7 +106,7 @@ def apply_candidate(
             if existing is not None:
                 fact_id = existing
             else:
-                card = new_card(bucket=bucket, at=at, source=source, **values)
+                card = new_card(bucket=bucket, at=at, said_at=candidate.said_at, source=source, **values)
                 plan.add_fact(bucket, card)
                 plan.commit(actor=actor, reason=note or f"approved candidate {candidate.pk}")
                 fact_id = card.id
@@ -137,7 +143,7 @@ def apply_candidate(
             found = plan.find_confirmed(confirmation, **ids)
             if found is None:
                 raise ReviewError("the confirmed fact is no longer active")
-            plan.confirm(found[0], found[1], at)
+            plan.confirm(found[0], found[1], at, said_at=candidate.said_at)
             plan.commit(actor=actor, reason=note or "approved confirmation")
             fact_id = found[1].id
     _record_review(candidate, Candidate.ReviewState.APPROVED, actor=actor, note=note, fact_id=fact_id)

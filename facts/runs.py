@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -60,6 +60,9 @@ class Context:
     threshold: float = 0.7
     now: datetime | None = None
     max_candidates: int = 100
+    # Message id → when it was said (`facts.turns.said_times`): a card takes its evidence
+    # message's time as its created_at; messages without one are dated `now`.
+    said_at: Mapping[str, datetime] = field(default_factory=dict)
 
     @classmethod
     def from_settings(cls, **kwargs: Any) -> Context:
@@ -127,6 +130,8 @@ def _candidate_row(run: ExtractionRun, item: Parsed, ctx: Context) -> Candidate:
         verdict=Candidate.Verdict.REJECTED,
     )
     value = item.value
+    evidence = value.evidence_message_id if value is not None else _text(item.raw, "evidence_message_id", 200)
+    row.said_at = ctx.said_at.get(evidence) if evidence else None
     if value is None:
         raw = item.raw
         row.key = _text(raw, "key", 200)
@@ -308,6 +313,7 @@ def _judge_run(
                         category=value.category,
                         confidence=value.confidence,
                         at=at,
+                        said_at=row.said_at,
                         source=source,
                     ),
                     why,
@@ -334,7 +340,7 @@ def _judge_run(
                 row.fact_id = found[1].id
             row.reasons = reasons
             if not reasons and auto and found is not None:
-                plan.confirm(found[0], found[1], at, why)
+                plan.confirm(found[0], found[1], at, why, said_at=row.said_at)
         accepted = not row.reasons
         row.verdict = Candidate.Verdict.ACCEPTED if accepted else Candidate.Verdict.REJECTED
         row.review_state = _initial_review_state(accepted, row.reasons, auto)

@@ -1,4 +1,4 @@
-"""What the extraction model may propose (pydantic v2, DESIGN.md §4 "Candidates").
+"""What the extraction model may propose (pydantic v2, docs/design.md §5.2).
 
 The model's reply is validated **per candidate**: `parse_update` never raises on a bad
 value, it returns every candidate with either its validated form or the error, so one

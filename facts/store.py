@@ -1,6 +1,6 @@
 """The Store: where memory files live under MEMORY_ROOT, and reading and writing them.
 
-Layout (DESIGN.md §3)::
+Layout (docs/design.md §4)::
 
     {root}/users/{user}/memory.json
     {root}/users/{user}/agents/{agent}/facts/{xx}/{fact_id}.md

@@ -26,7 +26,7 @@ from django.utils import timezone
 from django_tasks import TaskContext, TaskResultStatus, task, task_backends
 from django_tasks_db.models import DBTaskResult
 
-from . import claims
+from . import claims, tenancy
 from .erasure.guard import ErasureInProgress, erasing
 from .extraction import ExtractionError
 from .models import ExtractionRun, Turn
@@ -131,6 +131,14 @@ def process_thread(
     ids = [t.pk for t in pending]
     messages = [m for t in pending for m in t.messages]
     project_id = next((t.project_id for t in reversed(pending) if t.project_id), "")
+    if not tenancy.may_use(user_id, project_id):
+        # Stored before the tenant walls (or the project changed hands since): the user's
+        # own memory is still extracted, nothing is read from or written to the project.
+        log.warning(
+            "thread %s/%s/%s: project %r belongs to another tenant; extracted without it",
+            *(user_id, agent_name, thread_id, project_id),
+        )
+        project_id = ""
     with claims.keep_alive(token):
         try:
             result = run_pipeline(

@@ -7,14 +7,25 @@ everywhere (the API answers them as 400s). `clean_turn` checks the ids, the mess
 list and each message (its shape, id, size, and what a stored turn may hold:
 `facts.sanitize`), gives every message a stable id, and returns a `CleanTurn` whose
 messages are LangChain dicts ready to be stored.
+
+When it was said (issue 35): a turn may carry ``created_at`` and each message its own
+(a role dict's ``created_at``, which LangChain keeps in ``additional_kwargs``, or
+``additional_kwargs.created_at`` of a LangChain message). `clean_said_at` is the rule:
+ISO 8601 with its offset (``Z`` or ``+02:00``); no later than `FUTURE_TOLERANCE` past
+this server's clock, no earlier than 1970; naive or unparsable times are refused.
+Every stored message then carries its time, normalized to UTC
+(``additional_kwargs.created_at``: its own, else the turn's), and `said_times` reads
+them back for the pipeline: a card takes the time of its evidence message as its
+``created_at``. A message without one is dated when it is extracted, as before.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from django.conf import settings
@@ -122,6 +133,83 @@ def _not_json(exc: NotJson) -> TurnRejected:
     return TurnRejected(exc.field, exc.message, code="malformed" if exc.malformed else "invalid_field")
 
 
+# --- when it was said ----------------------------------------------------------------
+
+# How far past this server's clock a said-at time may be: the agents' clocks drift a
+# little (five minutes is what Kerberos allows), but a time further ahead is a client
+# bug (a local time sent as UTC, milliseconds read as seconds) and would make a card
+# look newer than everything the user says next.
+FUTURE_TOLERANCE = timedelta(minutes=5)
+# Older is fine (backfills of old conversations); before the Unix epoch is a bug (a
+# zero timestamp, a year typed as 0024).
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+SAID_AT = "created_at"  # the key, in a turn and in a message's additional_kwargs
+_FORMAT = "an ISO 8601 time with its offset, e.g. 2024-05-01T09:30:00+02:00 or 2024-05-01T07:30:00Z"
+
+
+def clean_said_at(field: str, value: Any, *, now: datetime | None = None) -> datetime | None:
+    """When something was said, in UTC to the second (None when absent); `TurnRejected`
+    names `field` when it is not a time this memory can believe."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):  # handed over in process
+        said = value
+    elif isinstance(value, str):
+        try:
+            said = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise TurnRejected(field, f"{value[:40]!r} is not {_FORMAT}") from None
+    else:
+        raise TurnRejected(field, f"must be a string: {_FORMAT}")
+    if said.tzinfo is None or said.utcoffset() is None:
+        raise TurnRejected(field, f"{str(value)[:40]!r} has no time zone: add Z or an offset like +02:00")
+    try:
+        said = said.astimezone(UTC).replace(microsecond=0)
+    except OverflowError:  # year 1 or 9999 pushed past the calendar by its offset
+        raise TurnRejected(field, f"{str(value)[:40]!r} is out of range") from None
+    now = now or datetime.now(UTC)
+    if said > now + FUTURE_TOLERANCE:
+        raise TurnRejected(
+            field,
+            f"{_iso(said)} is in the future (more than {FUTURE_TOLERANCE.seconds // 60} minutes "
+            f"after this server's clock, {_iso(now.replace(microsecond=0))})",
+        )
+    if said < EARLIEST:
+        raise TurnRejected(field, f"{_iso(said)} is before {_iso(EARLIEST)}")
+    return said
+
+
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def said_times(messages: Iterable[BaseMessage]) -> dict[str, datetime]:
+    """Message id → when it was said, for the messages that carry a time (as
+    `clean_turn` stored it; anything else there is ignored, never trusted)."""
+    out: dict[str, datetime] = {}
+    for message in messages:
+        value = (message.additional_kwargs or {}).get(SAID_AT)
+        if not message.id or not isinstance(value, str):
+            continue
+        try:
+            said = datetime.fromisoformat(value)
+        except ValueError:
+            continue
+        if said.tzinfo is not None:
+            out[message.id] = said.astimezone(UTC)
+    return out
+
+
+def check_said_times(messages: Any, where: str) -> None:
+    """Stored messages from elsewhere (an imported archive's turns): every time they
+    carry must pass `clean_said_at`. Raises `TurnRejected` naming the message."""
+    for index, message in enumerate(messages if isinstance(messages, list) else []):
+        data = message.get("data") if isinstance(message, Mapping) else None
+        extra = data.get("additional_kwargs") if isinstance(data, Mapping) else None
+        if isinstance(extra, Mapping) and SAID_AT in extra:
+            clean_said_at(f"{where}[{index}].{SAID_AT}", extra[SAID_AT])
+
+
 # --- messages ----------------------------------------------------------------------
 
 
@@ -167,15 +255,21 @@ def clean_turn(
     thread_id: Any,
     project_id: Any = None,
     messages: Any,
+    created_at: Any = None,
     allow_paths: bool = True,
+    now: datetime | None = None,
 ) -> CleanTurn:
     """Validate a turn; raise `TurnRejected(field, message)` on the first problem.
 
-    `allow_paths=False` for the agents' doors: see `clean_id`."""
+    `created_at` is when the turn was said (each message may say its own; see the
+    module's docstring), checked against `now` (the clock). `allow_paths=False` for the
+    agents' doors: see `clean_id`."""
     user = clean_id("user_id", user_id, required=True, allow_paths=allow_paths)
     agent = clean_agent(agent_name)
     thread = clean_id("thread_id", thread_id, required=True, allow_paths=allow_paths)
     project = clean_id("project_id", project_id, required=False, allow_paths=allow_paths) or ""
+    now = now or datetime.now(UTC)
+    turn_said = clean_said_at(SAID_AT, created_at, now=now)
     if messages is None:
         raise TurnRejected("messages", "is required", code="missing_field")
     if not isinstance(messages, list | tuple):
@@ -201,6 +295,10 @@ def clean_turn(
             raise TurnRejected(f"{where}.content", f"is longer than {max_chars} characters")
         if not message.id:
             message = message.model_copy(update={"id": _stable_id(message, seen)})
+        extra = message.additional_kwargs or {}
+        said = clean_said_at(f"{where}.{SAID_AT}", extra.get(SAID_AT), now=now) or turn_said
+        if said is not None:
+            message = message.model_copy(update={"additional_kwargs": {**extra, SAID_AT: _iso(said)}})
         seen.add(message.id)
         ids.append(message.id)
         stored = message_to_dict(message)

@@ -14,6 +14,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from facts import tenancy
 from facts.erasure.guard import ErasureInProgress
 from retrieval.indexdb import IndexUnavailable
 
@@ -75,12 +76,17 @@ def _max_body() -> int:
     return int(settings.API_MAX_BODY_BYTES)
 
 
-def _forbidden(key: ApiKey, user_id: str, agent_name: str) -> JsonResponse | None:
-    """403 when the key is limited to other agents or other users (tenants)."""
+def _forbidden(key: ApiKey, user_id: str, agent_name: str, project_id: str | None) -> JsonResponse | None:
+    """403 when the key is limited to other agents or other users (tenants), or the
+    project belongs to another tenant than the user's (`facts.tenancy`)."""
     if not key.allows(agent_name):
         return error(403, "agent_not_allowed", f"this key may not act for the agent {agent_name!r}")
     if not key.allows_user(user_id):
         return error(403, "user_not_allowed", f"this key may not act for the user {user_id!r}")
+    try:
+        tenancy.check(user_id, project_id)
+    except tenancy.ProjectNotAllowed as exc:
+        return error(403, exc.code, exc.message)
     return None
 
 
@@ -100,11 +106,13 @@ def _unknown_agent(key: ApiKey, agent_name: str) -> JsonResponse | None:
 def _turn(request: HttpRequest, *, flush: bool) -> HttpResponse:
     body = read_json_body(request)
     turn = parse_turn(body)
-    if denied := _forbidden(request.api_key, turn.user_id, turn.agent_name):  # type: ignore[attr-defined]
+    if denied := _forbidden(request.api_key, turn.user_id, turn.agent_name, turn.project_id):  # type: ignore[attr-defined]
         return denied
 
     try:
         receipt = api_service.accept_turn(turn, flush=flush)
+    except tenancy.ProjectNotAllowed as exc:  # its settings changed since the check above
+        return error(403, exc.code, exc.message)
     except ErasureInProgress as exc:
         # Refused, not stored: the user is being forgotten. Retrying after the erasure
         # ends starts a new memory.
@@ -128,7 +136,7 @@ def flush(request: HttpRequest) -> HttpResponse:
 def context(request: HttpRequest) -> HttpResponse:
     scope_params = parse_scope(request.GET, require_agent=True)
     mode = parse_mode(request.GET)
-    if denied := _forbidden(request.api_key, scope_params.user_id, scope_params.agent_name):  # type: ignore[attr-defined]
+    if denied := _forbidden(request.api_key, *scope_params.as_tuple()):  # type: ignore[attr-defined]
         return denied
     if unknown := _unknown_agent(request.api_key, scope_params.agent_name):  # type: ignore[attr-defined]
         return unknown
@@ -140,7 +148,7 @@ def context(request: HttpRequest) -> HttpResponse:
 def search(request: HttpRequest) -> HttpResponse:
     scope_params = parse_scope(request.GET, require_agent=True)
     query, limit = parse_search(request.GET)
-    if denied := _forbidden(request.api_key, scope_params.user_id, scope_params.agent_name):  # type: ignore[attr-defined]
+    if denied := _forbidden(request.api_key, *scope_params.as_tuple()):  # type: ignore[attr-defined]
         return denied
     if unknown := _unknown_agent(request.api_key, scope_params.agent_name):  # type: ignore[attr-defined]
         return unknown

@@ -148,6 +148,7 @@ def parse_turn(data: dict[str, Any]) -> CleanTurn:
             thread_id=data.get("thread_id"),
             project_id=data.get("project_id"),
             messages=data.get("messages"),
+            created_at=data.get("created_at"),
             allow_paths=False,
         )
     except TurnRejected as exc:
@@ -162,6 +163,9 @@ class ScopeParams:
     user_id: str
     agent_name: str
     project_id: str | None
+
+    def as_tuple(self) -> tuple[str, str, str | None]:
+        return self.user_id, self.agent_name, self.project_id
 
 
 def parse_scope(params: Any, *, require_agent: bool = False) -> ScopeParams:

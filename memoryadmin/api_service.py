@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from facts import audit, injections, writer
+from facts import audit, injections, tenancy, writer
 from facts.cardfile import now_utc
 from facts.enums import CardStatus
 from facts.errors import InvalidId
@@ -153,7 +153,9 @@ def health() -> dict[str, Any]:
 def serve_context(
     scope: Scope, *, mode: str = "auto", now: datetime | None = None, door: str = "api"
 ) -> dict[str, Any]:
-    """The memory block an agent is shown, rendered now (never cached per thread)."""
+    """The memory block an agent is shown, rendered now (never cached per thread).
+    Raises `facts.tenancy.ProjectNotAllowed` for a project of another tenant."""
+    tenancy.check(scope.user_id, scope.project_id)
     rendered = render_context(
         user_id=scope.user_id, agent_name=scope.agent_name, project_id=scope.project_id, mode=mode, now=now
     )
@@ -165,7 +167,9 @@ def serve_context(
 
 
 def serve_search(scope: Scope, query: str, *, limit: int = 5, door: str = "api") -> list[dict[str, Any]]:
-    """The memory_search results exactly as the tool shows them (clamped, token-capped)."""
+    """The memory_search results exactly as the tool shows them (clamped, token-capped).
+    Raises `facts.tenancy.ProjectNotAllowed` for a project of another tenant."""
+    tenancy.check(scope.user_id, scope.project_id)
     text = memory_search_json(
         query, user_id=scope.user_id, agent_name=scope.agent_name, project_id=scope.project_id, limit=limit
     )
@@ -322,7 +326,9 @@ class UnknownFact(LookupError):
 
 def list_facts(scope: Scope, *, category: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
     """The active cards of the user × agent (and of the project when the scope has one),
-    newest first, as the mirror holds them."""
+    newest first, as the mirror holds them. Raises `facts.tenancy.ProjectNotAllowed` for
+    a project of another tenant."""
+    tenancy.check(scope.user_id, scope.project_id)
     agent = normalize_agent(scope.agent_name)
     buckets = FactCard.objects.filter(user_id=scope.user_id, agent_name=agent, project_id="")
     if scope.project_id:

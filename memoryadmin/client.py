@@ -11,6 +11,7 @@ import logging
 import os
 import threading
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -42,7 +43,12 @@ class LocalMemory:
         )
 
     def record_turn(
-        self, ctx: MemoryContext, messages: Sequence[Mapping[str, Any]], *, flush: bool = False
+        self,
+        ctx: MemoryContext,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        flush: bool = False,
+        created_at: str | datetime | None = None,
     ) -> dict[str, Any]:
         from facts.erasure.guard import ErasureInProgress
         from facts.turns import TurnRejected, clean_turn
@@ -56,6 +62,7 @@ class LocalMemory:
                 thread_id=ctx.thread_id,
                 project_id=ctx.project_id,
                 messages=[dict(m) for m in messages],
+                created_at=created_at,
                 allow_paths=False,
             )
             return api_service.accept_turn(turn, flush=flush)
@@ -68,14 +75,22 @@ class LocalMemory:
             raise MemoryUnavailable(str(exc)) from exc
 
     def context(self, ctx: MemoryContext, *, mode: str = "auto") -> dict[str, Any]:
+        from facts.tenancy import ProjectNotAllowed
         from memoryadmin import api_service
 
-        return api_service.serve_context(self._scope(ctx), mode=mode, door="local")
+        try:
+            return api_service.serve_context(self._scope(ctx), mode=mode, door="local")
+        except ProjectNotAllowed as exc:  # as over HTTP (403): refused, not a failure to retry
+            raise MemoryRejected(str(exc)) from exc
 
     def search(self, ctx: MemoryContext, query: str, *, limit: int = 5) -> list[dict[str, Any]]:
+        from facts.tenancy import ProjectNotAllowed
         from memoryadmin import api_service
 
-        return api_service.serve_search(self._scope(ctx), query, limit=limit, door="local")
+        try:
+            return api_service.serve_search(self._scope(ctx), query, limit=limit, door="local")
+        except ProjectNotAllowed as exc:
+            raise MemoryRejected(str(exc)) from exc
 
 
 class MemoryClient:
@@ -180,15 +195,23 @@ class MemoryClient:
             return None
 
     def record_turn(
-        self, ctx: MemoryContext, messages: Sequence[Mapping[str, Any]], *, flush: bool = False
+        self,
+        ctx: MemoryContext,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        flush: bool = False,
+        created_at: str | datetime | None = None,
     ) -> dict[str, Any]:
-        body = {
+        body: dict[str, Any] = {
             "user_id": ctx.user_id,
             "agent_name": ctx.agent_name,
             "thread_id": ctx.thread_id,
             "project_id": ctx.project_id,
             "messages": [dict(m) for m in messages],
         }
+        if created_at is not None:
+            # A naive datetime goes as it is, and the server refuses it (no time zone).
+            body["created_at"] = created_at.isoformat() if isinstance(created_at, datetime) else created_at
         return self._call("POST", "/flush" if flush else "/turns", json=body)
 
     def context(self, ctx: MemoryContext, *, mode: str = "auto") -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 The SDK's HTTP transport is an ASGI app; the web servers here (waitress, gunicorn) are
 WSGI. A Django view does what every agents' endpoint does — bearer key, per-address
-failure throttle, per-key rate limit, the key's agent and user limits — and then hands
+failure throttle, per-key rate limit, the key's agent and user limits, the project's
+tenant (`facts.tenancy`) — and then hands
 the request to the SDK's app through a2wsgi's ASGI→WSGI adapter. The identity it
 checked travels in the WSGI environ (a key no HTTP header can produce) to the tools.
 The SDK is imported on the first MCP request, so the dashboard's start does not pay for it.
@@ -28,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
+
+from facts import tenancy
 
 from . import api_auth
 from .api_schemas import BadRequest, clean_agent, clean_id
@@ -143,6 +146,10 @@ def endpoint(request: HttpRequest) -> HttpResponse:
         return _error(403, "agent_not_allowed", f"this key may not act for the agent {identity.agent_name!r}")
     if not key.allows_user(identity.user_id):
         return _error(403, "user_not_allowed", f"this key may not act for the user {identity.user_id!r}")
+    try:
+        tenancy.check(identity.user_id, identity.project_id)
+    except tenancy.ProjectNotAllowed as exc:
+        return _error(403, exc.code, f"{PROJECT_HEADER}: {exc.message}")
     declared = request.META.get("CONTENT_LENGTH") or "0"
     if not declared.isdigit() or int(declared) > int(settings.API_MAX_BODY_BYTES):
         return _error(413, "too_large", f"the body is larger than {settings.API_MAX_BODY_BYTES} bytes")

@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field
 
 from facts.enums import Category
 from facts.erasure.guard import ErasureInProgress
+from facts.tenancy import ProjectNotAllowed
 from facts.turns import TurnRejected, clean_turn
 from retrieval.indexdb import IndexUnavailable
 
@@ -152,6 +153,8 @@ def build_server(identify: Identify) -> MCPServer:
         identity = who(ctx)
         try:
             hits = api_service.serve_search(identity.scope, query, limit=limit, door="mcp")
+        except ProjectNotAllowed as exc:
+            raise ToolError(str(exc)) from None
         except IndexUnavailable as exc:
             raise ToolError(exc.message) from None
         finally:
@@ -171,6 +174,8 @@ def build_server(identify: Identify) -> MCPServer:
         identity = who(ctx)
         try:
             body = api_service.serve_context(identity.scope, mode=mode, door="mcp")
+        except ProjectNotAllowed as exc:
+            raise ToolError(str(exc)) from None
         except IndexUnavailable as exc:
             raise ToolError(exc.message) from None
         finally:
@@ -187,6 +192,8 @@ def build_server(identify: Identify) -> MCPServer:
         identity = who(ctx)
         try:
             rows = api_service.list_facts(identity.scope, category=category, limit=limit)
+        except ProjectNotAllowed as exc:
+            raise ToolError(str(exc)) from None
         finally:
             close_old_connections()
         return FactList(facts=[FactItem.model_validate(row) for row in rows])
@@ -195,13 +202,20 @@ def build_server(identify: Identify) -> MCPServer:
     def memory_remember(
         text: Annotated[str, Field(min_length=1, description="What the user said, in their own words")],
         ctx: Context,
+        created_at: Annotated[
+            str | None,
+            Field(
+                description="When the user said it, ISO 8601 with its offset (2024-05-01T09:30:00+02:00 or "
+                "…Z); leave it out for now. A fact from it is dated then. Not in the future."
+            ),
+        ] = None,
     ) -> RememberResult:
         """Ask memory to remember something the user said. The text is recorded as the
         user's own message and judged like any conversation: only durable, descriptive
         facts about the user pass the gate; everything else is kept for review."""
         identity = who(ctx)
         try:
-            return _remember(identity, text)
+            return _remember(identity, text, created_at)
         finally:
             close_old_connections()
 
@@ -227,7 +241,7 @@ def build_server(identify: Identify) -> MCPServer:
     return server
 
 
-def _remember(identity: Identity, text: str) -> RememberResult:
+def _remember(identity: Identity, text: str, created_at: str | None = None) -> RememberResult:
     if not text.strip():
         raise ToolError("text: must not be blank")
     limit = int(settings.API_MAX_MESSAGE_CHARS)
@@ -246,6 +260,7 @@ def _remember(identity: Identity, text: str) -> RememberResult:
             thread_id=thread_id,
             project_id=identity.project_id,
             messages=[message],
+            created_at=created_at,
             allow_paths=False,
         )
         receipt = api_service.accept_turn(turn, flush=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -45,8 +46,17 @@ class Memory(Protocol):
     outbox: Outbox | DurableOutbox
 
     def record_turn(
-        self, ctx: MemoryContext, messages: Sequence[Mapping[str, Any]], *, flush: bool = False
-    ) -> dict[str, Any]: ...
+        self,
+        ctx: MemoryContext,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        flush: bool = False,
+        created_at: str | datetime | None = None,
+    ) -> dict[str, Any]:
+        """Record a turn. `created_at`: when it was said (ISO 8601 with its offset, or an
+        aware datetime), for every message that does not say its own
+        (``additional_kwargs["created_at"]``); None: when it is received."""
+        ...
 
     def context(self, ctx: MemoryContext, *, mode: str = "auto") -> dict[str, Any]: ...
 

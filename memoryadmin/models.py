@@ -7,6 +7,7 @@ import hashlib
 import re
 import secrets
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
@@ -128,3 +129,24 @@ class RateCounter(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["kind", "name", "window"], name="ratecounter_unique")]
+
+
+class SetPasswordLink(models.Model):
+    """The one live set-password link of a dashboard account (`memoryadmin.accounts`).
+
+    The link's token signs `nonce`, so a new link (a new nonce) revokes the earlier one;
+    the row goes when the password is set or the account is deactivated, and a link
+    without its row never works. Only the nonce is kept, never the token."""
+
+    account = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="set_password_link")
+    nonce = models.CharField(max_length=32)
+    created_at = models.DateTimeField()
+    created_by = models.CharField(max_length=150, blank=True, default="")
+    expires_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"set-password link of account {self.account_id} until {self.expires_at:%Y-%m-%d %H:%M}"
+
+    @property
+    def live(self) -> bool:
+        return self.expires_at > timezone.now()

@@ -31,14 +31,18 @@ _ERRORS = {
         "Malformed JSON, or a field that is missing or invalid: one short line per problem, each naming "
         "its place (`messages[2].content[0]: …`). Strict JSON: NaN and ±Infinity are refused wherever they "
         "are (`messages[0].additional_kwargs.score: NaN is not a JSON number; …`); so are ids with control "
-        "characters. Control characters in message text are removed, not refused.",
+        "characters. Control characters in message text are removed, not refused. A `created_at` (the turn's "
+        "or a message's) without its offset, unparsable, before 1970 or more than 5 minutes ahead of the "
+        "server's clock is refused (`created_at: 2999-01-01T00:00:00Z is in the future (…)`).",
         "invalid_field",
         "messages[2].content[0]: Input should be a valid string or a valid dictionary",
     ),
     "401": _error_response("No API key, an unknown key, or a revoked key", "invalid_key", "unknown API key"),
     "403": _error_response(
         "The key may not act for this agent (`agent_not_allowed`) or this user (`user_not_allowed`: the "
-        "key is limited to user-id patterns such as `acme:*`)",
+        "key is limited to user-id patterns such as `acme:*`), or the project belongs to another tenant than "
+        "the user's (`project_not_allowed`: a user reads and writes only its own tenant's projects and the "
+        "shared ones)",
         "user_not_allowed",
         "this key may not act for the user 'globex:carol'",
     ),
@@ -85,6 +89,30 @@ TURN_EXAMPLE: dict[str, Any] = {
     ],
 }
 
+# A backfill: an old conversation, dated when it was said (each message may say its own).
+BACKFILL_EXAMPLE: dict[str, Any] = {
+    "user_id": "alice",
+    "agent_name": "coder",
+    "thread_id": "imported-2023-03-14",
+    "created_at": "2023-03-14T09:26:53+01:00",
+    "messages": [
+        {"id": "m1", "role": "user", "content": "I mostly write Rust these days, please answer in English."},
+        {
+            "id": "m2",
+            "role": "assistant",
+            "content": "Understood: English it is.",
+            "created_at": "2023-03-14T09:27:10+01:00",
+        },
+    ],
+}
+
+_SAID_AT_HELP = (
+    "When it was said: ISO 8601 with its offset (`2024-05-01T09:30:00+02:00` or `…Z`), stored in UTC to the "
+    "second. A fact taken from a message is dated by it (its own time, else the turn's; neither: when it is "
+    "extracted), and search's decay counts from it. Old times are fine (backfills, from 1970); naive, "
+    "unparsable or more than 5 minutes ahead of the server's clock: 400."
+)
+
 _SCOPE_PARAMS = [
     {"name": "user_id", "in": "query", "required": True, "schema": {"$ref": "#/components/schemas/Id"}},
     {
@@ -100,7 +128,8 @@ _SCOPE_PARAMS = [
         "name": "project_id",
         "in": "query",
         "required": False,
-        "description": "Load this project's memory too (and only this project's)",
+        "description": "Load this project's memory too (and only this project's): a project of the user's "
+        "own tenant, or a shared one (else 403 project_not_allowed)",
         "schema": {"$ref": "#/components/schemas/Id"},
     },
 ]
@@ -116,7 +145,13 @@ def _turn_operation(summary: str, description: str, operation_id: str) -> dict[s
             "content": {
                 "application/json": {
                     "schema": {"$ref": "#/components/schemas/TurnRequest"},
-                    "example": TURN_EXAMPLE,
+                    "examples": {
+                        "turn": {"summary": "A finished turn, said now", "value": TURN_EXAMPLE},
+                        "backfill": {
+                            "summary": "An old conversation, dated when it was said",
+                            "value": BACKFILL_EXAMPLE,
+                        },
+                    },
                 }
             },
         },
@@ -322,6 +357,7 @@ def spec() -> dict[str, Any]:
                     "description": "Any text without '/', '\\\\' or control characters; stored hashed on disk",
                 },
                 "AgentName": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,63}$"},
+                "SaidAt": {"type": "string", "format": "date-time", "description": _SAID_AT_HELP},
                 "Message": {
                     "type": "object",
                     "required": ["role"],
@@ -346,10 +382,12 @@ def spec() -> dict[str, Any]:
                             "description": "Control characters other than tab, line feed and carriage return "
                             "are removed from every string of a message before it is stored",
                         },
+                        "created_at": {"$ref": "#/components/schemas/SaidAt"},
                         "additional_kwargs": {
                             "type": "object",
                             "description": "origin=memory|runtime|upload and hide_from_ui mark messages "
-                            "that are never evidence of the user",
+                            "that are never evidence of the user; created_at here is the message's time "
+                            "too (LangChain keeps a role dict's created_at there)",
                         },
                         "tool_calls": {"type": "array", "items": {"type": "object"}},
                         "tool_call_id": {"type": "string"},
@@ -364,6 +402,7 @@ def spec() -> dict[str, Any]:
                         "agent_name": {"oneOf": [{"$ref": "#/components/schemas/AgentName"}, {"type": "null"}]},
                         "thread_id": {"$ref": "#/components/schemas/Id"},
                         "project_id": {"oneOf": [{"$ref": "#/components/schemas/Id"}, {"type": "null"}]},
+                        "created_at": {"oneOf": [{"$ref": "#/components/schemas/SaidAt"}, {"type": "null"}]},
                         "messages": {
                             "type": "array",
                             "minItems": 1,

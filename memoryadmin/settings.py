@@ -112,6 +112,8 @@ MIDDLEWARE = [
     "dashboard.views.errors.IndexUnavailablePage",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # After authentication: a signed-in curator's pages say Cache-Control: no-store.
+    "dashboard.middleware.NoStoreForSignedIn",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -275,6 +277,10 @@ MEMORY_LOCK_TIMEOUT = env_float("MEMORY_LOCK_TIMEOUT", 30.0)
 # scan, check or rebuild reports it ("did not answer") and goes on.
 MEMORY_MAX_CARD_BYTES = env_int("MEMORY_MAX_CARD_BYTES", 65536)
 MEMORY_FILE_READ_TIMEOUT = env_float("MEMORY_FILE_READ_TIMEOUT", 10.0)
+# Tenants (facts/tenancy.py, docs/api.md "Tenants and projects"): the part of a user id
+# before this separator names its tenant, and a user reads and writes only the projects
+# of its own tenant and the shared ones. Empty: no tenants (every user, every project).
+MEMORY_TENANT_SEPARATOR = env_str("MEMORY_TENANT_SEPARATOR", ":")
 
 # The extraction model: any server that speaks the OpenAI chat-completions protocol.
 MEMORY_LLM_MODEL = env_str("MEMORY_LLM_MODEL", "gpt-4o-mini")
@@ -302,7 +308,7 @@ MEMORY_EXTRACTION_MAX_ATTEMPTS = env_int("MEMORY_EXTRACTION_MAX_ATTEMPTS", 5)
 MEMORY_RETRY_BACKOFF_SECONDS = env_float("MEMORY_RETRY_BACKOFF_SECONDS", 30.0)
 # A worker's claim on turns (and their run) lasts this long and is renewed while the
 # work runs; a claim left to lapse (the worker was killed) is taken over by the next
-# sweep of any running `db_worker` (every quarter lease) — DESIGN.md §10.
+# sweep of any running `db_worker` (every quarter lease) — docs/design.md §6.
 MEMORY_CLAIM_LEASE_SECONDS = env_float("MEMORY_CLAIM_LEASE_SECONDS", 120.0)
 
 # The thresholds of `manage.py doctor`.
@@ -349,9 +355,13 @@ WEB_MAX_REQUEST_BODY_BYTES = env_int("WEB_MAX_REQUEST_BODY_BYTES", API_MAX_BODY_
 # The reverse proxy's address (e.g. 127.0.0.1) whose X-Forwarded-For/-Proto are believed.
 WEB_TRUSTED_PROXY = env_str("WEB_TRUSTED_PROXY", "")
 
-# First-run administrator, created by `make run` when no user exists.
+# First-run administrator, created by `make run` (`manage.py bootstrap`) when no user
+# exists. Without ADMIN_PASSWORD: "admin" with DEBUG on (local use only); with DEBUG off
+# bootstrap asks for one in a terminal or refuses (no default password in production).
 ADMIN_USERNAME = env_str("ADMIN_USERNAME", "admin")
-ADMIN_PASSWORD = env_str("ADMIN_PASSWORD", "admin")
+ADMIN_PASSWORD = env_str("ADMIN_PASSWORD", "")
+# How long a set-password link of the Team page works (seconds; Django's setting).
+PASSWORD_RESET_TIMEOUT = env_int("PASSWORD_RESET_TIMEOUT", 3 * 24 * 3600)
 
 # --- Several machines (issue 24; docs/scaling.md) -----------------------------------------
 # Where this machine keeps its derived search index (FTS5 + vectors). Default: beside the
@@ -375,3 +385,8 @@ MEMORY_INDEX_FOLLOW_INTERVAL = env_float("MEMORY_INDEX_FOLLOW_INTERVAL", 0.2)
 MEMORY_EMBEDDINGS = env_bool("MEMORY_EMBEDDINGS", True)
 # BLAS threads of the embedding model: 1–2. More collapses on a 2-core machine.
 MEMORY_EMBEDDING_THREADS = env_int("MEMORY_EMBEDDING_THREADS", 1)
+# How much a fact's age orders search results (issue 36; retrieval/search.py): relevance ×
+# (1 − w × (1 − decay)), decay the article's exp(-0.01 × (days − 30)) after 30 days. 1 is
+# the article's formula (old facts sink whatever their relevance), 0 ignores age. The
+# default keeps an old fact that answers the question first (docs/read-path.md).
+MEMORY_SEARCH_DECAY_WEIGHT = env_float("MEMORY_SEARCH_DECAY_WEIGHT", 0.1)

@@ -6,7 +6,7 @@ class RetrievalConfig(AppConfig):
     verbose_name = "Memory: read side"
 
     def ready(self) -> None:
-        # The index follows every committed write (DESIGN.md §2). Registered here so
+        # The index follows every committed write (docs/design.md §3). Registered here so
         # the write side never imports the read side.
         from facts import hooks, mirror
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import multiprocessing
+import os
 import sqlite3
 import threading
 import time
@@ -41,7 +43,7 @@ from facts.ids import normalize_agent
 from facts.mirror import Drift, FileSnapshot, Scanned, gc_paused, refresh, snapshot
 from facts.store import Store
 
-from . import derived, scancache, vectors
+from . import derived, scancache, tokens, vectors
 from .indexdb import (  # noqa: F401 - re-exported: callers use `index.connection()` etc.
     CARD_INDEXES,
     INDEX_DIR,
@@ -136,15 +138,12 @@ def _iso(card: Card) -> str:
 
 def signature(card: Card) -> str:
     """Digest of everything the index holds for a card (what `drift` compares)."""
-    parts = (
-        str(SCHEMA_VERSION),
-        card_bucket(card),
-        card.category.value,
-        repr(card.confidence),
-        _iso(card),
-        card.expires_at.isoformat() if card.expires_at else "",
-        card.content,
-    )
+    expires = card.expires_at.isoformat() if card.expires_at else ""
+    return _signature(card_bucket(card), card.category.value, card.confidence, _iso(card), expires, card.content)
+
+
+def _signature(bucket: str, category: str, confidence: float, created: str, expires: str, content: str) -> str:
+    parts = (str(SCHEMA_VERSION), bucket, category, repr(confidence), created, expires, content)
     return hashlib.sha1("\x1e".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -187,7 +186,11 @@ def row_for(card: Card, terms: derived.Terms | None = None) -> tuple:
     if terms is None:
         terms = _terms(card.content)
     text = terms.terms
+    # Each part made once: the signature repeats the bucket and the dates.
     bucket = card_bucket(card)
+    category = card.category.value
+    created = _iso(card)
+    expires = card.expires_at
     return (
         card.id,
         scope_term(bucket),
@@ -195,19 +198,19 @@ def row_for(card: Card, terms: derived.Terms | None = None) -> tuple:
         card.user_id,
         card.agent_name if card.user_id is not None else None,
         card.project_id if card.user_id is None else None,
-        card.category.value,
+        category,
         card.confidence,
-        _iso(card),
+        created,
         card.created_at.timestamp(),
-        card.expires_at.timestamp() if card.expires_at else None,
+        expires.timestamp() if expires else None,
         card.content,
         text,
         len(text.split()),
-        signature(card),
+        _signature(bucket, category, card.confidence, created, expires.isoformat() if expires else "", card.content),
         vectors.content_hash(card.content) if vectors.enabled() else None,
         terms.hash,
         terms.ntok,
-        QUEUE_CORRECTIONS if card.category.value == "correction" else QUEUE_OTHERS,
+        QUEUE_CORRECTIONS if category == "correction" else QUEUE_OTHERS,
     )
 
 
@@ -262,6 +265,56 @@ def scanned_row(item: Scanned) -> ScanRow | None:
 
 SCAN_EXTRA = "index"
 
+# From this many cards without their rows (a snapshot of cards already in memory), the
+# rows are made on every core.
+PARALLEL_ROWS = 4000
+_ROWS_CHUNK = 2000
+_pending: list[Card] = []  # the cards `_rows_of` works on, inherited by the forked workers
+
+
+def _scan_rows(cards: Sequence[Card]) -> list[ScanRow | None]:
+    """`scan_row` of many cards, their cached terms read in batches."""
+    live = [card for card in cards if indexed(card)]
+    made = iter(
+        [ScanRow(t, row_for(c, t)) for c, t in zip(live, derived.lookup_many([c.content for c in live]), strict=True)]
+    )
+    return [next(made) if indexed(card) else None for card in cards]
+
+
+def _rows_of(span: tuple[int, int]) -> list[ScanRow | None]:
+    """In a worker: the rows of `_pending[start:end]`."""
+    return _scan_rows(_pending[span[0] : span[1]])
+
+
+def scanned_rows(snap: FileSnapshot) -> list[ScanRow]:
+    """The `ScanRow` of every card of `snap` the index holds. A snapshot read by the
+    scanning processes has them all; the cards of one made in memory (records) get
+    theirs here, on every core when there are many, each card's cached terms read in
+    batches rather than one query a card."""
+    items = list(snap.cards.values())
+    todo = [item for item in items if SCAN_EXTRA not in item.extra]
+    if todo:
+        global _pending
+        cards = [item.card for item in todo]
+        workers = min(os.cpu_count() or 1, 4)
+        if len(cards) >= PARALLEL_ROWS and workers > 1:
+            derived.close_reader()  # each worker opens its own
+            # Loaded once here, shared by the workers (each would load its own).
+            load_dictionary()
+            tokens.encoding()
+            _pending = cards  # type: ignore[assignment]
+            spans = [(i, min(i + _ROWS_CHUNK, len(cards))) for i in range(0, len(cards), _ROWS_CHUNK)]
+            try:
+                with multiprocessing.get_context("fork").Pool(workers) as pool:
+                    rows = list(chain.from_iterable(pool.imap(_rows_of, spans)))
+            finally:
+                _pending = []
+        else:
+            rows = _scan_rows(cards)  # type: ignore[arg-type]
+        for item, row in zip(todo, rows, strict=True):
+            item.extra[SCAN_EXTRA] = row
+    return [item.extra[SCAN_EXTRA] for item in items if item.extra[SCAN_EXTRA] is not None]
+
 
 # --- writes -------------------------------------------------------------------------
 
@@ -273,7 +326,7 @@ def _fill(
     transaction (readers see the old index until it commits). Vectors missing from the
     cache are embedded first, outside that transaction: a cold rebuild of 100k cards
     embeds for minutes, and writers must not wait on it."""
-    items = [scanned for scanned in map(scanned_row, snap.cards.values()) if scanned is not None]
+    items = scanned_rows(snap)
     total = len(items)
     have: set[str] = set()
     if vectors.enabled():
@@ -469,17 +522,42 @@ def on_cards_changed(written: Sequence[Card], deleted: Sequence[Card]) -> None:
 # --- rebuild and drift ------------------------------------------------------------------
 
 
+def embed_ahead(snap: FileSnapshot, *, no_cache: bool = False) -> vectors.Embedding | None:
+    """Start embedding the cards of `snap` whose vector the cache lacks (all of them
+    with `no_cache`) on every core, while the caller does other work (the mirror);
+    `rebuild_from_snapshot(..., ahead=)` waits for it. None when there is little to
+    embed: the rebuild does that itself."""
+    if not vectors.enabled():
+        return None
+    texts = {s.row[_VHASH]: s.row[_CONTENT] for s in scanned_rows(snap)}
+    path = index_path()
+    make_private_dirs(path.parent)
+    return vectors.embed_in_background(texts, path.parent, no_cache=no_cache)
+
+
 def rebuild_from_snapshot(
-    snap: FileSnapshot, *, progress: Progress | None = None, no_cache: bool = False
+    snap: FileSnapshot,
+    *,
+    progress: Progress | None = None,
+    no_cache: bool = False,
+    ahead: vectors.Embedding | None = None,
+    embedding_progress: Progress | None = None,
 ) -> dict[str, object]:
     """Make the index equal to the files of `snap` (``manage.py reindex``); with
-    `no_cache`, every vector is embedded again instead of taken from the cache.
+    `no_cache`, every vector is embedded again instead of taken from the cache. The
+    vectors the cache lacks are embedded on every core first (`embed_ahead`, or `ahead`
+    when the caller started it), with `embedding_progress`.
 
     A usable index is refilled in place, in one transaction (readers see the old rows
     until it commits); a missing, corrupt or outdated one is replaced by a new
     generation, published when full. The caller catches up with the commits made since
     `snap` was taken (`facts.mirror.catch_up`)."""
     started = time.monotonic()
+    if ahead is None:
+        ahead = embed_ahead(snap, no_cache=no_cache)
+    if ahead is not None:
+        ahead.wait(embedding_progress)
+        no_cache = False  # every vector was just made: the fill finds them
     path = index_path()
     make_private_dirs(path.parent)
     _close_handle()
@@ -683,5 +761,7 @@ from .reads import (  # noqa: E402, F401
     card_fields,
     contents,
     count,
+    lexical,
     vector_ranking,
+    vector_scores,
 )

@@ -42,8 +42,9 @@ log = logging.getLogger(__name__)
 # Bump when the schema or the tokenization changes: an index of another version is
 # rebuilt on first use, and its rows count as changed in `drift`.
 # 5: vector hashes (vhash) and stemmed English terms; 6: terms hashes, line tokens;
-# 7: the render's queue per row (corrections first); 8: FTS5 without column sizes
-SCHEMA_VERSION = 8
+# 7: the render's queue per row (corrections first); 8: FTS5 without column sizes;
+# 9: line tokens of facts shown as written (no HTML entities: `render.as_written`)
+SCHEMA_VERSION = 9
 INDEX_DIR = ".retrieval"
 INDEX_FILE = "index.sqlite3"
 BUSY_TIMEOUT_MS = 30_000

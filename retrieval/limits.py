@@ -1,4 +1,4 @@
-"""How many results an agent's search may ask for: 1 to 10, 5 when unsaid (DESIGN.md §6).
+"""How many results an agent's search may ask for: 1 to 10, 5 when unsaid (docs/design.md §8).
 
 One rule for every door: the ``memory_search`` tool, the HTTP API's ``/search``, the
 in-process memory and the dashboard's search form. It lives apart from

@@ -1,4 +1,4 @@
-"""The auto-loaded memory block (article §6, DESIGN.md §6).
+"""The auto-loaded memory block (docs/design.md §9).
 
 Profile first (readable sections of memory.json, not raw JSON), then facts: the
 ``correction`` facts from their own budget, then the rest, each queue by confidence;
@@ -7,14 +7,19 @@ over); at most ``top_n`` facts. Tokens are counted with cl100k on the assembled 
 headers included, and the total never exceeds the budget. Tool mode renders the
 profile only (facts are found through ``memory_search``).
 
-Memory text is data: ``<``, ``>`` and ``&`` are escaped, so a fact can never close the
-``<memory>`` block or open another one, and control characters (NUL …) are dropped.
+Memory text is shown as written (``Result<T, E> & the ? operator``, ``R&D``, HTML): the
+block is read by a model, not a browser, and ``/search`` and MCP give the same words.
+Only the block's own markup is neutralized (`as_written`): a ``<memory>`` or
+``</memory>`` tag in memory text is shown with ``‹ ›`` instead of ``< >``, a fact is one
+line, and a profile line that would pass for a header (``#``, a Markdown underline) is
+escaped with a backslash; so memory can neither close the block, open another one nor
+fake one of its sections. Control characters (NUL …) are dropped.
 """
 
 from __future__ import annotations
 
-import html
 import logging
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -114,15 +119,40 @@ def limits_for(
     )
 
 
-def escape(text: str) -> str:
-    # Control characters out too (facts/sanitize.py's rule): turns are cleaned on the way
-    # in, but a card edited by hand or written by an older version may still hold a NUL.
-    return html.escape(strip_controls(text), quote=False)
+# A tag of the block's own (`OPEN`, `CLOSE`), in any case and spacing: ``</memory>``,
+# ``< /MEMORY >``, ``<memory id=x>``, ``</memory`` cut before its ``>``.
+_MEMORY_TAG = re.compile(r"<(\s*/?\s*memory\b[^<>\n]*)(>?)", re.IGNORECASE)
+# A line a reader would take for a header of the block: a Markdown heading, or the
+# underline that makes the line above one.
+_HEADER_LINE = re.compile(r"^([ \t]*)(#|=+[ \t]*$|-{2,}[ \t]*$)", re.MULTILINE)
+
+
+def _tag(match: re.Match[str]) -> str:
+    return f"‹{match[1]}{'›' if match[2] else ''}"
+
+
+def as_written(text: str) -> str:
+    """Memory text as the block shows it: the words as written, its tags neutralized.
+
+    Nothing is entity-escaped (the block is not HTML); ``<memory>``/``</memory>`` become
+    ``‹memory›``/``‹/memory›``. Control characters go too (facts/sanitize.py's rule):
+    turns are cleaned on the way in, but a card edited by hand or written by an older
+    version may still hold a NUL.
+    """
+    text = strip_controls(text)
+    return _MEMORY_TAG.sub(_tag, text) if "<" in text else text
+
+
+def section_body(summary: str) -> str:
+    """A profile section's text: its lines kept (a summary may be a list), none of them
+    a header (``## Corrections`` becomes ``\\## Corrections``)."""
+    lines = "\n".join(line.rstrip() for line in as_written(summary.strip()).splitlines())
+    return _HEADER_LINE.sub(r"\1\\\2", lines)
 
 
 def fact_tail(content: str) -> str:
-    # One line per fact: inner newlines would let a fact fake a header.
-    return f" {escape(' '.join(content.split()))}\n"
+    # One line per fact: inner newlines would let a fact fake a header or a fact line.
+    return f" {as_written(' '.join(content.split()))}\n"
 
 
 @lru_cache(maxsize=65536)  # a user's facts are rendered again at every turn
@@ -144,7 +174,7 @@ def _piece_tokens(piece: str) -> int:
 
 
 def _section_text(name: str, summary: str) -> str:
-    return f"### {TITLES.get(name, name)}\n{escape(summary.strip())}\n"
+    return f"### {TITLES.get(name, name)}\n{section_body(summary)}\n"
 
 
 def _assemble(profile: list[tuple[str, str]], corrections: list[str], facts: list[str]) -> str:

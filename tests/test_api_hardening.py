@@ -293,6 +293,8 @@ def test_the_write_side_reports_langchains_own_errors_the_same_way() -> None:
         {"messages": [{"id": "m1", "role": "user", "content": "a"}, {"id": "m1", "role": "user", "content": "b"}]},
         {"messages": [{"id": "m\x001", "role": "user", "content": "x"}]},
         {"messages": [{"id": "m1", "role": "user", "content": "hi", "additional_kwargs": {"score": float("inf")}}]},
+        {"messages": [{"id": "m1", "role": "user", "content": "hi", "created_at": "2023-03-14T09:26:53"}]},
+        {"messages": [{"id": "m1", "role": "user", "content": "hi", "additional_kwargs": {"created_at": "soon"}}]},
     ],
 )
 def test_every_door_refuses_a_bad_turn_with_the_same_words(agent: Client, overrides: dict[str, Any]) -> None:

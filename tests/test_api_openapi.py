@@ -11,9 +11,11 @@ from django.urls import URLPattern
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
+from facts.models import FactCard
 from memoryadmin import api_urls
 from memoryadmin.models import ApiKey
-from memoryadmin.openapi import PREFIX, TURN_EXAMPLE, spec
+from memoryadmin.openapi import BACKFILL_EXAMPLE, PREFIX, TURN_EXAMPLE, spec
+from tests.openai_stub import OpenAIStub
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("memoryadmin.api_root_urls")]
 
@@ -69,9 +71,16 @@ def test_described_methods_are_served_and_the_others_are_405(agent: Client, path
             assert response.status_code == 405, (method, path)
 
 
-@pytest.mark.parametrize("name", ["TurnRequest"])
-def test_the_request_example_validates_against_its_schema(name: str) -> None:
-    schema_validator(name).validate(TURN_EXAMPLE)
+@pytest.mark.parametrize("example", [TURN_EXAMPLE, BACKFILL_EXAMPLE])
+def test_the_request_examples_validate_against_their_schema(example: dict[str, Any]) -> None:
+    schema_validator("TurnRequest").validate(example)
+
+
+def test_the_schema_describes_when_a_turn_and_a_message_were_said() -> None:
+    schemas = spec()["components"]["schemas"]
+    assert schemas["SaidAt"]["format"] == "date-time"
+    assert {"$ref": "#/components/schemas/SaidAt"} in schemas["TurnRequest"]["properties"]["created_at"]["oneOf"]
+    assert schemas["Message"]["properties"]["created_at"] == {"$ref": "#/components/schemas/SaidAt"}
 
 
 def test_every_inline_example_validates_against_its_schema() -> None:
@@ -81,18 +90,42 @@ def test_every_inline_example_validates_against_its_schema() -> None:
             bodies = [operation.get("requestBody", {}).get("content", {}).get("application/json")]
             bodies += [r.get("content", {}).get("application/json") for r in operation["responses"].values()]
             for media in bodies:
-                if media and "example" in media:
+                if not media:
+                    continue
+                examples = [media["example"]] if "example" in media else []
+                examples += [named["value"] for named in media.get("examples", {}).values()]
+                for example in examples:
                     name = media["schema"]["$ref"].rsplit("/", 1)[-1]
-                    schema_validator(name).validate(media["example"])
+                    schema_validator(name).validate(example)
                     checked += 1
     assert checked >= 10
 
 
 @pytest.mark.parametrize("path", ["/turns", "/flush"])
-def test_the_request_example_is_accepted_by_the_endpoint(agent: Client, path: str) -> None:
-    response = agent.post(PREFIX + path, data=json.dumps(TURN_EXAMPLE), content_type="application/json")
+@pytest.mark.parametrize("example", [TURN_EXAMPLE, BACKFILL_EXAMPLE])
+def test_the_request_examples_are_accepted_by_the_endpoint(agent: Client, path: str, example: dict[str, Any]) -> None:
+    response = agent.post(PREFIX + path, data=json.dumps(example), content_type="application/json")
     assert response.status_code == 202
     schema_validator("TurnReceipt").validate(response.json())
+
+
+def test_the_backfill_example_dates_its_fact_when_it_was_said(agent: Client, openai_stub: OpenAIStub) -> None:
+    openai_stub.reply_tool_call(
+        {
+            "facts": [
+                {
+                    "key": "response_language", "content": "User prefers answers in English.",
+                    "category": "preference", "scope": "user", "durability": "durable",
+                    "authority": "descriptive", "confidence": 0.9, "evidence_message_id": "m1",
+                    "evidence_text": "please answer in English",
+                }
+            ]
+        }
+    )  # fmt: skip
+    response = agent.post(PREFIX + "/flush", data=json.dumps(BACKFILL_EXAMPLE), content_type="application/json")
+    assert response.status_code == 202
+    card = FactCard.objects.get(key="response_language")
+    assert card.created_at.isoformat() == "2023-03-14T08:26:53+00:00"
 
 
 def test_real_answers_validate_against_the_described_schemas(agent: Client) -> None:

@@ -122,7 +122,8 @@ def test_approve_a_rejected_candidate_then_see_the_card(page: Any, make_candidat
     assert FactCard.objects.filter(content__startswith="Prefers answers in English").count() == 1
     page.goto("/preview/?user=alice&agent=coder&mode=auto")
     page.wait_for_selector("#context-text")
-    assert "Prefers answers in English &lt;b&gt;always&lt;/b&gt;." in page.inner_text("#context-text")
+    # The block holds the words as written; the page shows them as text, not markup.
+    assert "Prefers answers in English <b>always</b>." in page.inner_text("#context-text")
     shot(page, "05-preview-after-approval")
 
 
@@ -211,13 +212,14 @@ def test_search_playground_and_audit_pages_render(page: Any, make_card: Any) -> 
         shot(page, name)
 
 
-def test_edit_a_profile_section_and_see_its_history(page: Any) -> None:
+def test_edit_a_profile_section_and_see_its_history(page: Any, make_card: Any) -> None:
+    save_card(make_card(user_id="alice"), actor="t")  # a person memory holds (issue 33)
     login(page)
     page.goto("/profiles/?user=alice")
     page.fill("#section-topOfMind textarea", "Learning context engineering for agents.")
-    page.fill("#section-topOfMind input[name='topOfMind-reason']", "from the call")
-    page.click("#section-topOfMind button[type=submit]")
-    page.wait_for_selector("text=Top of mind saved")
+    page.fill("#profile-form input[name=reason]", "from the call")
+    page.click("#profile-form button[type=submit]")
+    page.wait_for_selector("text=Saved Top of mind")
     assert "+Learning context engineering for agents." in page.inner_text("pre.diff")
     shot(page, "18-profile-edited")
 

@@ -100,9 +100,9 @@ def test_it_reverts_a_profile_after_confirming_in_a_dialog(page: Any) -> None:
     first = ProfileRevision.objects.filter(user_id="li.wei").order_by("revision")[0].revision
     login_as(page, "reviewer")
     page.goto("/profiles/?user=li.wei")
-    page.wait_for_selector("h3:text('Work context')")
-    page.click(f"summary:has-text('Revision {first} ')")
-    page.click(f"text=Revert to version {first}…")
+    page.wait_for_selector("#section-workContext label:text-is('Work context')")
+    # The revert control sits beside its version, not inside a fold (issue 37).
+    page.click(f"#version-{first} >> text=Revert to version {first}…")
     page.wait_for_selector("#confirm-dialog[open]")
     shot(page, "review-05-revert-dialog")
     page.click("#confirm-ok")

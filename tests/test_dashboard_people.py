@@ -23,7 +23,10 @@ def seeded() -> None:
 
 def test_it_sends_the_old_people_addresses_to_the_users_pages(seeded: None, viewer_client: Client) -> None:
     assert viewer_client.get("/people/")["Location"] == "/users/"
+    # A path-like id (only `ingest` accepts one) that memory holds keeps its page.
+    Turn.objects.create(user_id="a/b?c#d", agent_name="coder", thread_id="t", messages=[])
     assert viewer_client.get("/people/user/", {"user": "a/b?c#d"})["Location"] == "/users/a/b%3Fc%23d/"
+    assert viewer_client.get("/people/user/", {"user": "nobody-x"})["Location"] == "/users/"
 
 
 def test_it_shows_a_dry_run_then_needs_the_typed_user_id_to_erase_a_person(seeded: None, admin_client_: Client) -> None:

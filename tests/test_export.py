@@ -496,6 +496,10 @@ def test_the_export_command_names_the_file_safely_and_refuses_to_overwrite(
     demo: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    with pytest.raises(CommandError, match="Not a valid user id"):  # memory holds nothing about it
+        call_command("export", "--user", "../../etc/passwd", stdout=io.StringIO())
+    # An id only `ingest` accepts, held by memory: exported, under a safe file name.
+    Turn.objects.create(user_id="../../etc/passwd", agent_name="coder", thread_id="t", messages=[])
     call_command("export", "--user", "../../etc/passwd", stdout=io.StringIO())
     made = list(tmp_path.glob("memory-export-*.zip"))
     assert len(made) == 1 and "/" not in made[0].name and ".." not in made[0].name

@@ -1,4 +1,4 @@
-"""Filtering before any model call (DESIGN.md §4, article §2): one test per rule."""
+"""Filtering before any model call (docs/design.md §5.1): one test per rule."""
 
 from __future__ import annotations
 

@@ -421,5 +421,6 @@ def test_a_reviewer_approves_a_summary(store: Store) -> None:
 def test_every_reason_code_is_listed() -> None:
     assert set(gate.REASON_CODES) == {
         "scope_thread", "scope_project", "temporary", "transactional", "low_confidence",
-        "evidence_missing", "evidence_not_user", "duplicate", "invalid",
+        "evidence_missing", "evidence_not_user", "dangling_reference", "ungrounded", "key_mismatch",
+        "duplicate", "invalid",
     }  # fmt: skip

@@ -101,7 +101,7 @@ def test_a_later_turn_in_the_group_replaces_the_key_an_earlier_one_saved(tmp_pat
         turn("t1", "I use vim for everything.", [fact_candidate("editor", "Uses vim.", "I use vim")]),
         turn("t2", "I switched to emacs for good.", [fact_candidate("editor", "Uses emacs.", "I switched to emacs")]),
         turn(
-            "t3", "I use vim for everything.", [fact_candidate("other", "Uses emacs.", "I use vim")]
+            "t3", "I switched to emacs for good.", [fact_candidate("other", "Uses emacs.", "I switched to emacs")]
         ),  # duplicate content
     ]
     path.write_text("\n".join(json.dumps(line) for line in lines))

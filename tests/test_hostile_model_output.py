@@ -125,9 +125,20 @@ def test_a_summary_with_injected_authority_is_rejected() -> None:
 
 
 @pytest.mark.slow
+def _letters(i: int) -> str:
+    """A distinct word per candidate (a number in the content would be a number the user
+    never said: `ungrounded`)."""
+    word = ""
+    while True:
+        i, r = divmod(i, 26)
+        word += "abcdefghijklmnopqrstuvwxyz"[r]
+        if not i:
+            return word
+
+
 def test_ten_thousand_candidates_are_recorded_and_only_the_first_hundred_judged() -> None:
     facts = [
-        stack_candidate(key=f"k{i}", content=f"Fact {i}.", confidence=(1.2 if i % 3 == 0 else 0.9))
+        stack_candidate(key=f"k{i}", content=f"Fact {_letters(i)}.", confidence=(1.2 if i % 3 == 0 else 0.9))
         for i in range(10_000)
     ]
     started = time.monotonic()
@@ -150,6 +161,6 @@ def test_ten_thousand_candidates_are_recorded_and_only_the_first_hundred_judged(
 
 def test_the_candidate_limit_is_a_setting(settings) -> None:
     settings.MEMORY_MAX_CANDIDATES_PER_RUN = 2
-    result = run({"facts": [stack_candidate(key=f"k{i}", content=f"Fact {i}.") for i in range(3)]})
+    result = run({"facts": [stack_candidate(key=f"k{i}", content=f"Fact {_letters(i)}.") for i in range(3)]})
     assert [c.verdict for c in result.candidates] == ["accepted", "accepted", "rejected"]
     assert result.candidates[2].reasons == ["invalid"]

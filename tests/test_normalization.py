@@ -1,4 +1,4 @@
-"""User, project and agent ids on disk (DESIGN.md §3)."""
+"""User, project and agent ids on disk (docs/design.md §4)."""
 
 from __future__ import annotations
 

@@ -9,6 +9,8 @@ import pytest
 from django.core.management import call_command
 
 from facts.writer import save_card
+from retrieval.search import memory_search_json
+from retrieval.tokens import count_tokens
 
 pytestmark = pytest.mark.django_db
 
@@ -33,7 +35,8 @@ def test_memory_search_json_is_the_tools_answer(make_card) -> None:
     assert [i["id"] for i in items] == [card.id]
     # The tool's answer, plus each score's breakdown (issue 19; the tool itself has none).
     assert set(items[0]) == {"id", "content", "category", "confidence", "score", "explain"}
-    assert items[0]["explain"]["lexical_rank"] is None  # embeddings off in tests: plain BM25
+    # Embeddings off in tests: the lexical part alone (issue 36: one ranking path).
+    assert items[0]["explain"]["lexical_rank"] == 1 and items[0]["explain"]["vector"] is None
     assert items[0]["explain"]["bm25"] is not None
 
 
@@ -64,3 +67,19 @@ def test_render_context_tool_mode_leaves_facts_out(make_card) -> None:
     save_card(make_card(content="User prefers tabs"), actor="t")
     out, _ = _run("render_context", "--user", "alice", "--agent", "coder", "--mode", "tool", "--json")
     assert "tabs" not in json.loads(out)["text"]
+
+
+def test_memory_search_json_returns_every_result_the_tool_returns_with_the_breakdown_outside_the_cap(
+    make_card,
+) -> None:
+    # Ten results of ~60 tokens fit the tool's 900-token cap; with each breakdown (~50
+    # tokens) inside the cap the command used to answer with only six of them.
+    for i in range(10):
+        save_card(make_card(content=f"User note {i} about caching: the cache key includes the tenant " * 2), actor="t")
+    tool = json.loads(memory_search_json("caching", user_id="alice", agent_name="coder", limit=10))
+    assert len(tool) == 10
+    out, _ = _run("memory_search", "--user", "alice", "--agent", "coder", "--json", "--limit", "10", "caching")
+    items = json.loads(out)
+    assert [{k: v for k, v in item.items() if k != "explain"} for item in items] == tool
+    assert all(item["explain"]["bm25"] is not None for item in items)
+    assert count_tokens(out) > 900  # the breakdown is outside the cap; the tool's answer is within it

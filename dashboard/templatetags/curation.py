@@ -18,6 +18,16 @@ def section_label(name: str) -> str:
 
 
 @register.filter
+def outcome_change(move: str) -> str:
+    return labels.outcome_change(move)
+
+
+@register.filter
+def outcome_word(outcome: str) -> str:
+    return labels.OUTCOME_WORDS.get(outcome, outcome)
+
+
+@register.filter
 def reason_help(code: str) -> str:
     return labels.REASON_HELP.get(code, "")
 
@@ -38,3 +48,11 @@ def undo_ids(extra_tags: str) -> list[int]:
 def reviewable(candidate: Candidate) -> bool:
     """Open to approve or dismiss (the same rule the actions check)."""
     return is_reviewable(candidate)
+
+
+@register.filter
+def among(name: str | None, names: str) -> bool:
+    """`name` is one of the space-separated `names` -- whole names only: "overview" is not
+    among "gate_overview gate_backtest" (a substring test said it was, and the nav marked
+    Gate current on the overview)."""
+    return bool(name) and name in names.split()

@@ -25,8 +25,8 @@ def export_user(request: HttpRequest) -> HttpResponse:
     name the same person, and a person page can link here with `?user=`.
     """
     form = UserIdForm(request.GET)
-    if not form.is_valid():
-        return render(request, "facts/export.html", {"form": form}, status=400)
+    if not form.is_valid():  # an id no door accepts (400), or no such person (404)
+        return render(request, "facts/export.html", {"form": form}, status=form.status)
     user_id = form.cleaned_data["user"]
     if request.method == "GET":
         counts = export.export_counts(user_id)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from dashboard.confirm import confirm_first
 from dashboard.forms import (
+    AddFactForm,
     CorrectForm,
     DeleteForm,
     ExpireForm,
@@ -41,13 +42,14 @@ from dashboard.helpers import (
     fact_or_404,
     page_of,
     query_without_page,
+    said_at_of,
     scope_label,
 )
-from facts import writer
+from facts import manual, writer
 from facts.access import ADMINISTER, CURATE
 from facts.cardfile import Card, now_utc, parse_card
 from facts.enums import CardStatus, Category
-from facts.errors import CardParseError, InvalidId, RevisionConflict
+from facts.errors import CardParseError, InvalidId, LockTimeout, RevisionConflict
 from facts.injections import last_injected
 from facts.models import AuditEvent, ExtractionRun, FactCard, FactRevision, FactUsage
 from facts.store import get_store
@@ -119,7 +121,48 @@ def fact_list(request: HttpRequest) -> HttpResponse:
     return render(request, template, ctx)
 
 
+# --- add a fact by hand ------------------------------------------------------------------
+
+
+@login_required
+@permission_required(CURATE, raise_exception=True)
+@require_http_methods(["GET", "POST"])
+def fact_add(request: HttpRequest) -> HttpResponse:
+    """A curator writes a fact directly (reviewers and admins, not viewers): checked like
+    the agents' input, written through the one write function, audited as add_fact."""
+    if request.method == "POST":
+        form = AddFactForm(request.POST)
+        if form.is_valid():
+            fact: manual.ManualFact = form.cleaned_data["fact"]
+            try:
+                added = manual.add_fact(fact, actor=actor_of(request), reason=form.cleaned_data.get("reason", ""))
+            except (RevisionConflict, LockTimeout, InvalidId) as exc:
+                messages.error(request, f"Not added: {exc}")
+                return render(request, "facts/add.html", {"form": form}, status=409)
+            if not added.written:
+                messages.info(request, f"Nothing added: the active card {added.fact_id} already says exactly this.")
+            elif added.replaced:
+                messages.success(
+                    request, f"Added {added.fact_id}; it replaces {added.replaced}, the card with the same key."
+                )
+            else:
+                messages.success(request, f"Added {added.fact_id}: live now, in the context preview and search.")
+            return redirect("fact_detail", fact_id=added.fact_id)
+        return render(request, "facts/add.html", {"form": form}, status=400)
+    initial = {name: request.GET[name] for name in ("user", "agent", "project") if request.GET.get(name)}
+    if initial.get("project") and not initial.get("user"):
+        initial["scope"] = "project"
+    return render(request, "facts/add.html", {"form": AddFactForm(initial=initial)})
+
+
 # --- fact detail ------------------------------------------------------------------------
+
+
+@dataclass
+class FieldChange:
+    name: str
+    before: str
+    after: str
 
 
 @dataclass
@@ -129,11 +172,52 @@ class Version:
     reason: str
     created_at: datetime
     text: str
-    diff: list[tuple[str, str]]
+    fields: list[FieldChange]  # front-matter fields this revision changed (set, for the first)
+    content: list[tuple[str, str]]  # the content's diff (the whole content, for the first)
+    diff: list[tuple[str, str]]  # the file's diff, only when a revision cannot be read as a card
+    first: bool = False
 
 
-# Every card revision bumps these two; the summary line shows them, the diff shows the change.
+# Every card revision bumps these; the version's heading shows them, never its changes.
 CARD_NOISE = ("updated_at:", "revision:")
+NOISE_FIELDS = frozenset({"updated_at", "revision"})
+# What a new card's first revision lists besides its content (the rest is the scope,
+# ids and time stamps, shown at the top of the page).
+FIRST_FIELDS = ("key", "category", "status", "confidence", "source.kind")
+
+
+def card_fields(text: str) -> tuple[dict[str, str], str] | None:
+    """A revision's front matter as flat strings ("source.kind": "manual") and its content,
+    or None when the text does not read as a card."""
+    try:
+        card = parse_card(text, Path("revision.md"))
+    except CardParseError:
+        return None
+    flat: dict[str, str] = {}
+    for name, value in card.model_dump(mode="json", exclude={"content"}).items():
+        items = value.items() if isinstance(value, dict) else [("", value)]
+        for sub, item in items:
+            flat[f"{name}.{sub}" if sub else name] = "" if item is None else str(item)
+    return flat, card.content
+
+
+def version_changes(previous: str, text: str) -> tuple[list[FieldChange], list[tuple[str, str]], list[tuple[str, str]]]:
+    """What one revision changed: the fields whose value differs and the content's diff
+    (not the whole front matter, which every revision rewrites)."""
+    now = card_fields(text)
+    before = card_fields(previous) if previous else ({}, "")
+    if now is None or before is None:
+        return [], [], diff_lines(previous, text, CARD_NOISE)
+    (fields, content), (old_fields, old_content) = now, before
+    if not previous:
+        changes = [FieldChange(name, "", fields[name]) for name in FIRST_FIELDS if fields.get(name)]
+        return changes, [("add", line) for line in content.splitlines()], []
+    changes = [
+        FieldChange(name, old_fields.get(name, ""), value)
+        for name, value in fields.items()
+        if name not in NOISE_FIELDS and old_fields.get(name, "") != value
+    ]
+    return changes, diff_lines(old_content, content), []
 
 
 def versions_of(fact_id: str) -> list[Version]:
@@ -141,15 +225,9 @@ def versions_of(fact_id: str) -> list[Version]:
     out: list[Version] = []
     previous = ""
     for rev in revisions:
+        fields, content, diff = version_changes(previous, rev.text)
         out.append(
-            Version(
-                rev.revision,
-                rev.actor,
-                rev.reason,
-                rev.created_at,
-                rev.text,
-                diff_lines(previous, rev.text, CARD_NOISE),
-            )
+            Version(rev.revision, rev.actor, rev.reason, rev.created_at, rev.text, fields, content, diff, not previous)
         )
         previous = rev.text
     out.reverse()
@@ -174,10 +252,17 @@ def fact_detail(request: HttpRequest, fact_id: str) -> HttpResponse:
     if row.source_run_id.isdigit():
         run = ExtractionRun.objects.filter(pk=int(row.source_run_id)).first()
     usage = FactUsage.objects.filter(fact_id=row.id).first()
+    versions = versions_of(row.id)
+    # A card dated from its conversation (a backfill, issue 35) was written later than
+    # it was said: say both. Seconds apart is the same moment.
+    recorded = versions[-1].created_at if versions else None
+    if recorded is not None and recorded - row.created_at < timedelta(minutes=1):
+        recorded = None
     ctx = {
         "fact": row,
         "scope": scope_label(row),
-        "versions": versions_of(row.id),
+        "versions": versions,
+        "recorded_at": recorded,
         "chain": chain_of(row),
         "usage": usage,
         "served": last_injected(row.id),
@@ -212,7 +297,13 @@ def evidence_row(run: ExtractionRun, message_id: str, evidence: str) -> dict[str
             before, found, after = content.partition(evidence) if evidence else (content, "", "")
             if not found:
                 before, after = content, ""
-            return {"role": item.get("role", ""), "before": before, "mark": found, "after": after}
+            return {
+                "role": item.get("role", ""),
+                "before": before,
+                "mark": found,
+                "after": after,
+                "said_at": said_at_of(item),
+            }
     return None
 
 

@@ -74,8 +74,12 @@ def person_erase(request: HttpRequest) -> HttpResponse:
     form = EraseForm(request.POST) if request.method == "POST" else EraseForm()
     if "user" not in data:
         return redirect("users_list")
+    person = UserIdForm({"user": data.get("user", "")})
+    if not person.is_valid():
+        # Nothing is erased and nothing audited for an id memory holds nothing about.
+        return render(request, "facts/no_person.html", {"form": person}, status=person.status)
     try:
-        scope = Scope.of(data.get("user", ""))
+        scope = Scope.of(person.cleaned_data["user"])
     except InvalidId as exc:
         messages.error(request, f"Not a valid user id: {exc}")
         return redirect("users_list")

@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.confirm import confirm_first
-from dashboard.forms import PageForm, ProfileRevertForm, ProfileSectionForm, UserPick
+from dashboard.forms import PageForm, ProfileForm, ProfileRevertForm, UserIdForm
 from dashboard.helpers import actor_of, audit, diff_lines, page_of
 from dashboard.labels import section_label
 from facts import writer
@@ -33,7 +33,7 @@ class SectionView:
     name: str
     group: str
     section: Section
-    form: ProfileSectionForm
+    field: Any  # the section's textarea in the one profile form (a BoundField)
 
 
 @dataclass
@@ -72,80 +72,109 @@ def history_of(user_id: str) -> list[ProfileVersion]:
 @require_GET
 @login_required
 def profiles(request: HttpRequest) -> HttpResponse:
-    pick = UserPick(request.GET if "user" in request.GET else None)
+    pick = UserIdForm(request.GET if "user" in request.GET else None)
     if not pick.is_bound or not pick.is_valid():
+        # A typo or an id no door accepts opens no profile: an editable empty one would
+        # create that person on Save.
         users = ProfileSection.objects.values_list("user_id", flat=True).distinct().order_by("user_id")
         paging = PageForm(request.GET)
         page = page_of(request, users, paging.cleaned_data.get("page") if paging.is_valid() else 1)
-        return render(request, "facts/profiles.html", {"pick": pick, "page": page})
+        status = pick.status if pick.is_bound else 200
+        return render(request, "facts/profiles.html", {"pick": pick, "page": page}, status=status)
     user_id = pick.cleaned_data["user"]
     try:
         profile = get_store().read_profile(user_id)
     except InvalidId as exc:
         pick.add_error("user", str(exc))
         return render(request, "facts/profiles.html", {"pick": pick, "page": None}, status=400)
-    sections = []
-    for name in PROFILE_SECTIONS:
-        section = profile.section(name)
-        form = ProfileSectionForm(
-            initial={"section": name, "summary": section.summary, "revision": profile.revision}, prefix=name
-        )
-        sections.append(SectionView(name, "user" if name in USER_SECTIONS else "history", section, form))
+    initial = {name: profile.section(name).summary for name in PROFILE_SECTIONS}
+    form = ProfileForm(initial={**initial, "user": user_id, "revision": profile.revision})
+    return render_profile(request, pick, user_id, profile, form)
+
+
+def render_profile(
+    request: HttpRequest, pick: UserIdForm, user_id: str, profile: Profile, form: ProfileForm, status: int = 200
+) -> HttpResponse:
+    sections = [
+        SectionView(name, "user" if name in USER_SECTIONS else "history", profile.section(name), form[name])
+        for name in PROFILE_SECTIONS
+    ]
     ctx = {
         "pick": pick,
         "user_id": user_id,
         "profile": profile,
+        "form": form,
         "sections": sections,
         "history": history_of(user_id),
         "user_sections": USER_SECTIONS,
         "history_sections": HISTORY_SECTIONS,
     }
-    return render(request, "facts/profile.html", ctx)
+    return render(request, "facts/profile.html", ctx, status=status)
+
+
+def shown_at(user_id: str, revision: int) -> dict[str, str] | None:
+    """Each section's text as version `revision` had it ({} before the first), or None
+    when that version is not recorded."""
+    if revision == 0:
+        return {}
+    row = ProfileRevision.objects.filter(user_id=user_id, revision=revision).first()
+    return summaries(row.document) if row else None
 
 
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
 def profile_edit(request: HttpRequest) -> HttpResponse:
-    pick = UserPick(request.POST)
-    name = request.POST.get("section_name", "")
-    if not pick.is_valid() or name not in PROFILE_SECTIONS:
-        messages.error(request, "Not saved: unknown user or section.")
+    """Save the whole profile form: the sections whose text the curator changed, in one
+    new version. Bad input and a profile changed meanwhile answer the page again with
+    every typed word still in its box; nothing is dropped. The person must be one memory
+    holds something about (`clean_person`): Save never creates a person."""
+    form = ProfileForm(request.POST)
+    pick = UserIdForm({"user": request.POST.get("user", "")})
+    if not pick.is_valid():
+        messages.error(request, "Not saved: " + " ".join(pick.errors["user"]))
         return redirect("profiles")
     user_id = pick.cleaned_data["user"]
     page = reverse("profiles") + "?" + urlencode({"user": user_id})
-    form = ProfileSectionForm(request.POST, prefix=name)
-    if not form.is_valid() or form.cleaned_data["section"] != name:
-        messages.error(request, "Not saved: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
-        return redirect(page)
+    try:
+        current = get_store().read_profile(user_id)
+    except InvalidId as exc:
+        messages.error(request, f"Not saved: {exc}")
+        return redirect("profiles")
+    if not form.is_valid():
+        messages.error(
+            request, "Not saved: " + "; ".join(f"{section_label(k)}: {' '.join(v)}" for k, v in form.errors.items())
+        )
+        return render_profile(request, pick, user_id, current, form, status=400)
     data = form.cleaned_data
     reason = data.get("reason", "")
     actor = actor_of(request)
+    # A section the request does not name is left as it is (a browser sends every box;
+    # a script sending one section must not blank the others).
+    typed = {name: data[name] for name in PROFILE_SECTIONS if name in request.POST}
+    changed: list[str] = []
 
     def change(profile: Profile) -> Profile:
-        old = profile.section(name)
-        if old.summary == data["summary"]:
-            return profile
-        profile.set_section(
-            name,
-            Section(summary=data["summary"], updated_at=now_utc(), source=Source(kind=SourceKind.MANUAL, actor=actor)),
-        )
+        changed.clear()
+        for name, text in typed.items():
+            if profile.section(name).summary.strip() == text.strip():
+                continue
+            source = Source(kind=SourceKind.MANUAL, actor=actor)
+            profile.set_section(name, Section(summary=text, updated_at=now_utc(), source=source))
+            changed.append(name)
         return profile
 
     try:
         updated = writer.commit_profile(user_id, change, actor=actor, reason=reason, expected_revision=data["revision"])
     except RevisionConflict:
-        messages.error(
-            request,
-            "Not saved: the profile changed since you opened it. Your text is below; reload and apply it again.",
-        )
-        return redirect(page)
+        return conflict(request, pick, user_id, typed, data)
     except InvalidId as exc:
         messages.error(request, f"Not saved: {exc}")
         return redirect("profiles")
-    if updated.revision == data["revision"]:
-        messages.info(request, f"{section_label(name)}: nothing changed.")
-    else:
+    if updated.revision == data["revision"] or not changed:
+        messages.info(request, "Nothing changed.")
+        return redirect(page)
+    for name in changed:
         audit(
             request,
             AuditEvent.Action.PROFILE_EDIT,
@@ -154,8 +183,36 @@ def profile_edit(request: HttpRequest) -> HttpResponse:
             reason=reason,
             revision=updated.revision,
         )
-        messages.success(request, f"{section_label(name)} saved (profile revision {updated.revision}).")
-    return redirect(page + f"#section-{name}")
+    words = ", ".join(section_label(name) for name in changed)
+    messages.success(request, f"Saved {words} (profile revision {updated.revision}).")
+    return redirect(page)
+
+
+def conflict(
+    request: HttpRequest, pick: UserIdForm, user_id: str, typed: dict[str, str], data: dict[str, Any]
+) -> HttpResponse:
+    """The profile changed since the form was opened: answer the form again on the new
+    version, keeping what the curator typed in the sections they changed and taking the
+    new text in the others, so saving again overwrites nobody by accident."""
+    current = get_store().read_profile(user_id)
+    shown = shown_at(user_id, data["revision"])
+    merged, both = {}, []
+    for name, text in typed.items():
+        now = current.section(name).summary
+        edited = shown is None or text.strip() != shown.get(name, "").strip()
+        merged[name] = text if edited else now
+        if edited and shown is not None and now.strip() != shown.get(name, "").strip() and now.strip() != text.strip():
+            both.append(section_label(name))
+    form = ProfileForm(
+        initial={**merged, "user": user_id, "revision": current.revision, "reason": data.get("reason", "")}
+    )
+    note = f" Changed by both of you: {', '.join(both)} (theirs is in the history below)." if both else ""
+    messages.error(
+        request,
+        f"Not saved yet: the profile changed since you opened it (now revision {current.revision}). "
+        f"Your text is kept in the boxes you edited; the others show the new version.{note} Save again to apply it.",
+    )
+    return render_profile(request, pick, user_id, current, form, status=409)
 
 
 @login_required

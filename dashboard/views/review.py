@@ -4,6 +4,7 @@ the reviewer's approve / correct-and-approve / dismiss (single and bulk)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.contrib import messages
@@ -27,7 +28,7 @@ from dashboard.forms import (
     day_end,
     day_start,
 )
-from dashboard.helpers import actor_of, changed, page_of, query_without_page
+from dashboard.helpers import actor_of, changed, page_of, query_without_page, said_at_of
 from dashboard.labels import REASON_HELP
 from dashboard.views.overview import open_candidates
 from facts.access import CURATE
@@ -125,6 +126,7 @@ class ConversationRow:
     role: str
     segments: list[Segment]
     is_evidence: bool
+    said_at: datetime | None = None
 
 
 def conversation(candidate: Candidate) -> tuple[list[ConversationRow], bool]:
@@ -146,12 +148,13 @@ def conversation(candidate: Candidate) -> tuple[list[ConversationRow], bool]:
             start = content.index(needle)
             segments = [Segment(content[:start]), Segment(needle, True), Segment(content[start + len(needle) :])]
             found = True
-        out.append(ConversationRow(mid, str(item.get("role", "")), segments, is_evidence))
+        out.append(ConversationRow(mid, str(item.get("role", "")), segments, is_evidence, said_at_of(item)))
     return out, found
 
 
 def existing_card(candidate: Candidate) -> FactCard | None:
-    """The live card of the same key in the candidate's bucket: what approval would replace."""
+    """The live card of the same key in the candidate's bucket: what approval would
+    replace (unless that card was said after the candidate: `facts.plan.Plan.add_fact`)."""
     if candidate.kind != Candidate.Kind.FACT or not candidate.key:
         return None
     rows = FactCard.objects.filter(key=candidate.key, status=CardStatus.ACTIVE)

@@ -3,8 +3,9 @@
 An admin creates an account with a role (viewer, reviewer, admin: the groups of
 `facts.access`), changes its role, deactivates or reactivates it, or gives it a new
 set-password link. The new account has no password: the admin passes on a one-time link
-made by Django's password-reset tokens, which stop working once a password is set (the
-token signs the password hash) or after PASSWORD_RESET_TIMEOUT. Every change is audited.
+(`memoryadmin.accounts`): one live link per account, a new one revokes the earlier one,
+deactivation kills it for good, it expires after PASSWORD_RESET_TIMEOUT and its page
+says when. Every change is audited.
 
 An admin cannot change their own account here (no locking oneself out), and only a
 superuser may change a superuser.
@@ -12,24 +13,28 @@ superuser may change a superuser.
 
 from __future__ import annotations
 
-from django.conf import settings
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
 from django.contrib import messages
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required, permission_required
 from django.contrib.auth.models import Group, User
-from django.contrib.auth.tokens import default_token_generator
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
-from django.utils.encoding import force_bytes
-from django.utils.http import urlsafe_base64_encode
+from django.urls import reverse, reverse_lazy
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.forms import AccountForm, AccountStateForm, RoleForm
-from dashboard.helpers import audit
+from dashboard.helpers import actor_of, audit
 from facts.access import ROLES, ensure_roles
 from facts.models import AuditEvent
+from memoryadmin import accounts
+from memoryadmin.models import SetPasswordLink
 
 ADMIN_ONLY = "facts.administer_memory"
 
@@ -51,10 +56,37 @@ def _set_role(account: User, role: str) -> None:
     account.groups.add(Group.objects.get(name=role))
 
 
-def _set_password_link(request: HttpRequest, account: User) -> str:
-    uid = urlsafe_base64_encode(force_bytes(account.pk))
-    token = default_token_generator.make_token(account)
-    return request.build_absolute_uri(reverse("team_set_password", args=[uid, token]))
+@dataclass
+class IssuedLink:
+    url: str
+    expires_at: datetime
+    revoked_earlier: bool
+
+
+def _set_password_link(request: HttpRequest, account: User, *, audit_it: bool = True) -> IssuedLink:
+    uid, token, expires_at, revoked = accounts.issue(account, actor=actor_of(request), audit_it=audit_it)
+    url = request.build_absolute_uri(reverse("team_set_password", args=[uid, token]))
+    return IssuedLink(url, expires_at, revoked)
+
+
+class SetPasswordView(auth_views.PasswordResetConfirmView):
+    """The link's page: Django's form, with the account's one live link as the token
+    check, its expiry shown, and the link spent (and audited) once the password is set."""
+
+    token_generator = accounts.tokens
+    template_name = "registration/set_password.html"
+    success_url = reverse_lazy("team_password_set")
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        ctx = super().get_context_data(**kwargs)
+        link = accounts.live_link(self.user) if self.validlink else None
+        ctx["expires_at"] = link.expires_at if link is not None else None
+        return ctx
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        response = super().form_valid(form)
+        accounts.used(self.user)
+        return response
 
 
 def _changeable(request: HttpRequest, pk: int) -> User:
@@ -68,17 +100,24 @@ def _changeable(request: HttpRequest, pk: int) -> User:
 
 
 def _page(
-    request: HttpRequest, form: AccountForm, status: int = 200, link: str = "", linked: User | None = None
+    request: HttpRequest,
+    form: AccountForm,
+    status: int = 200,
+    link: IssuedLink | None = None,
+    linked: User | None = None,
 ) -> HttpResponse:
-    accounts = User.objects.order_by("-is_active", "username").prefetch_related("groups")
-    rows = [(a, role_of(a)) for a in accounts]
+    people = User.objects.order_by("-is_active", "username").prefetch_related("groups")
+    open_links = dict(
+        SetPasswordLink.objects.filter(expires_at__gt=timezone.now()).values_list("account_id", "expires_at")
+    )
+    rows = [(a, role_of(a), open_links.get(a.pk)) for a in people]
     ctx = {
         "form": form,
         "rows": rows,
         "roles": list(ROLES),
-        "link": link,
+        "link": link.url if link else "",
+        "issued": link,
         "linked": linked,
-        "timeout_days": max(1, settings.PASSWORD_RESET_TIMEOUT // 86400),
     }
     return render(request, "memoryadmin/team.html", ctx, status=status)
 
@@ -105,8 +144,10 @@ def team_create(request: HttpRequest) -> HttpResponse:
         account.save(update_fields=["password"])
         _set_role(account, data["role"])
         audit(request, AuditEvent.Action.TEAM, target=account.username, change="create", role=data["role"])
+        # The creation's audit entry stands for its first link.
+        link = _set_password_link(request, account, audit_it=False)
     messages.success(request, f"Account {account.username} created as {data['role']}.")
-    return _page(request, AccountForm(), link=_set_password_link(request, account), linked=account)
+    return _page(request, AccountForm(), link=link, linked=account)
 
 
 @login_required
@@ -141,6 +182,9 @@ def team_active(request: HttpRequest, pk: int) -> HttpResponse:
     active = form.cleaned_data["active"]
     if active != account.is_active:
         with transaction.atomic():
+            if not active:
+                # Dead for good: reactivating the account does not bring its link back.
+                accounts.revoke(account, actor=actor_of(request), why="deactivated")
             account.is_active = active
             account.save(update_fields=["is_active"])
             change = "activate" if active else "deactivate"
@@ -158,5 +202,4 @@ def team_link(request: HttpRequest, pk: int) -> HttpResponse:
     if not account.is_active:
         messages.error(request, f"{account.username} is deactivated: reactivate the account first.")
         return redirect("team")
-    audit(request, AuditEvent.Action.TEAM, target=account.username, change="link")
     return _page(request, AccountForm(), link=_set_password_link(request, account), linked=account)

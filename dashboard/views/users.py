@@ -28,8 +28,6 @@ from dashboard.forms import PickForm, UsersFilter
 from dashboard.helpers import page_of, query_without_page
 from facts.enums import CardStatus
 from facts.erasure.guard import running_for
-from facts.errors import InvalidId
-from facts.ids import normalize_id
 from facts.models import (
     AuditEvent,
     Candidate,
@@ -40,6 +38,7 @@ from facts.models import (
     ProfileSection,
     Turn,
 )
+from facts.people import PersonError, person_id
 
 RECENT = 20
 SHOWN_FACTS = 500
@@ -127,19 +126,9 @@ def user_or_404(user_id: str) -> str:
     someone memory holds something about. Anything else is "not found", never an error
     page showing the id's path."""
     try:
-        normalize_id(user_id, what="user id")
-    except InvalidId:
+        return person_id(user_id)
+    except PersonError:
         raise Http404("no such user") from None
-    known = (
-        FactCard.objects.filter(user_id=user_id).exists()
-        or Turn.objects.filter(user_id=user_id).exists()
-        or ProfileSection.objects.filter(user_id=user_id).exists()
-        or Candidate.objects.filter(user_id=user_id).exists()
-        or ProfileRevision.objects.filter(user_id=user_id).exists()
-    )
-    if not known:
-        raise Http404("no such user")
-    return user_id
 
 
 @dataclass

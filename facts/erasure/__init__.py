@@ -1,6 +1,6 @@
 """Erasure: forget a user, or one agent, thread or project of theirs, down to the bytes.
 
-DESIGN.md §10 "Forgetting is a write". One service for every door (`manage.py erase`,
+docs/design.md §12 "Forgetting is a write". One service for every door (`manage.py erase`,
 the person page, "Forget this conversation"):
 
 1. a durable marker (`Erasure` row, status running) is committed first: from then on

@@ -11,7 +11,7 @@ statement it recognizes, in Chinese or English:
 - corrections: "actually, …", "不对，…" in front of any of the above;
 - project rules: "this repo uses …", "这个项目用 …" (scope project).
 
-It labels what it finds the way the LLM is asked to (DESIGN.md §4): a one-off request
+It labels what it finds the way the LLM is asked to (docs/design.md §5): a one-off request
 ("just for this answer", "这次先…") is `temporary` and thread-scoped, a grant to act
 ("you can push …", "你可以直接部署") is `transactional`, a hedge ("maybe", "可能")
 lowers the confidence, and a statement it only half recognizes gets a low confidence,

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import re
 
-from ..enums import Authority, Category
+from ..enums import Authority, Category, Durability
 from ..schemas import normalize_key
 from .keys import ATTRIBUTES, PREFERENCE_TOPICS, ROLE_WORDS, TOOL_TOPICS, ZH_ROLE_WORDS, key_of, slug_of, topic_of
 from .markers import ZH_DURABLE, ZH_EVENT, ZH_IMPERATIVE, ZH_TEMPORARY
-from .statement import LIKELY, SURE, UNSURE, Statement, zh_content
+from .statement import LIKELY, SURE, UNSURE, Statement, zh_content, zh_object
 from .text import clean
 
 _I = re.IGNORECASE
@@ -80,17 +80,26 @@ def zh_statement(clause: str) -> Statement | None:
         key = "school" if m["verb"] in ("读书", "上学", "读研", "读博", "念书") else "employer"
         return Statement(Category.CONTEXT, key, f"用户在{org}{m['verb']}", SURE)
     m = re.match(
-        r"^我(?:最近|现在|目前|正在|还在|接下来|今年|明年|这几个月|接下来几个月|这段时间|打算|准备|会)*(?:在)?(?:系统地?|认真|开始)?"
+        r"^我(?:最近|现在|目前|正在|还在|接下来|今年|明年|这几个月|接下来几个月|这段时间)*(?:在)?(?:系统地?|认真|开始)?"
         r"(?:学习|自学|学)(?!校|院|生)(?P<x>.+)",
         c,
     )
     if m:
         x = clean(m["x"])
-        if x and not re.match(r"^(?:了|过|会|着|这个|这段|一下)", x):
-            return Statement(Category.GOAL, normalize_key("learning_" + (slug_of(x) or "general"))[:60], "用户在学" + x, LIKELY)  # fmt: skip
+        if x and not re.match(r"^(?:了|过|会|着|到|完|好|和|与|这个|这段|一下)", x):
+            x = zh_object(x) or ""
+            if x:
+                return Statement(Category.GOAL, normalize_key("learning_" + (slug_of(x) or "general"))[:60], "用户在学" + x, LIKELY)  # fmt: skip
     m = re.match(r"^我(?:最近|现在|目前|正在)*(?:在)?(?:准备|备考|备战)(?P<x>.+)", c)
     if m:
-        x = clean(m["x"])
+        x = zh_object(m["x"]) or ""
+        # "准备去吃晚饭了", "准备出门": what they are about to do, not a goal
+        if not x or re.match(r"^(?:去|来|回|出|吃|睡|休息|开始|做|搬|买|看|参加|一下)", x) or x.endswith("了"):
+            return None
+        if re.match(r"^一[场次个份篇]", x):  # one speech, one interview: an event, not a lasting goal
+            statement = Statement(Category.GOAL, normalize_key("preparing_" + (slug_of(x) or "general"))[:60], "用户在准备" + x, LIKELY)  # fmt: skip
+            statement.durability = Durability.TEMPORARY
+            return statement
         return Statement(Category.GOAL, normalize_key("preparing_" + (slug_of(x) or "general"))[:60], "用户在准备" + x, LIKELY)  # fmt: skip
     m = re.match(r"^我(?:的)?(?:长期)?(?:目标|梦想|理想)是(?P<x>.+)", c) or re.match(r"^我(?:想|希望|打算)(?:以后|将来|未来)?(?:成为|当)(?:一[名个位])?(?P<x>.+)", c)  # fmt: skip
     if m:
@@ -125,8 +134,8 @@ def zh_statement(clause: str) -> Statement | None:
         c,
     )
     if m:
-        x = clean(m["x"])
-        if re.match(r"^(?:这个|这段|这种回答|这样|你刚才|刚才)", x):
+        x = zh_object(m["x"]) or ""
+        if not x or re.match(r"^(?:这个|这段|这种回答|这样|你刚才|刚才)", x):
             return None
         return Statement(Category.PREFERENCE, key_of("pref", x), f"用户{m['verb']}{x}", SURE)
     m = re.match(
@@ -135,9 +144,23 @@ def zh_statement(clause: str) -> Statement | None:
         c,
     )
     if m:
-        verb, x = m["verb"], clean(m["x"])
+        verb, x = m["verb"], clean(re.sub(r"^的是", "", m["x"]))  # "我喜欢的是 Vue"
         if re.match(r"^(?:这个|这段|这种回答|这样|你刚才|刚才|了|过)", x) or not x:
             return None
+        fav = re.match(r"^的(?P<what>[^，,。是]{1,10})是(?P<y>.+)$", x)  # "我最喜欢的音乐类型是摇滚"
+        if fav and verb in ("喜欢", "爱", "偏爱"):
+            y = zh_object(fav["y"])
+            if y is None:
+                return None
+            what = fav["what"]
+            key = normalize_key("favorite_" + (slug_of(what) or "thing"))[:60]
+            return Statement(Category.PREFERENCE, key, f"用户{m['adv']}{verb}的{what}是{y}", SURE)
+        if verb not in ("希望", "想要", "需要", "要求", "愿意"):
+            obj = zh_object(x)
+            if obj is None:
+                return None
+            adv = m["adv"]
+            return Statement(Category.PREFERENCE, key_of("pref", obj), f"用户{adv}{verb}{obj}", SURE)
         if verb in ("希望", "想要", "需要", "要求", "愿意"):
             if re.search(r"帮我|帮忙|一个|一份|一段|你能|看看|看一下", x) and not ZH_DURABLE.search(x):
                 return None  # a task, not a preference
@@ -196,13 +219,27 @@ def zh_statement(clause: str) -> Statement | None:
         when, x = m["when"], clean(m["x"])
         if not x or re.match(r"^(?:再|可能|会|我们再|聊|说吧|的事|有机会)", x):
             return None
+        # "却始终保持着…" narrates (a conjunction or a person before it, an aspect marker after
+        # the verb); a request has no 着/了 on its verb
+        if re.search(r"却|但|而|可是|不过|他|她|它|们", c[: m.start("when")]) or re.match(r"^.{1,3}?[着了过]", x):
+            return None
         if x.startswith("我"):
             inner = zh_statement(x)
             if inner is not None:
                 inner.standing = True
             return inner
         # "每次运行都会报错" is a bug report, not a standing request: ask for a request.
-        if not ("请" in x or ZH_IMPERATIVE.match(x) or (topic_of(x, PREFERENCE_TOPICS) and not ZH_EVENT.search(x))):
+        # "以后请在回答里附上参考链接": the request may open with where it applies
+        action = re.sub(r"^在[^，,。]{1,10}?[里中上时]", "", x)
+        requested = "请" in c or "麻烦" in c
+        # 一般/通常/平时 also describe the world ("一般用来包装代码"): only a request when asked
+        if when in ("平时", "平常", "一般", "通常") and not (requested or topic_of(x, PREFERENCE_TOPICS)):
+            return None
+        if re.match(r"^(?:用来|用于)", action) or (re.search(r"是|其实", x) and not requested):
+            return None
+        if not (
+            requested or ZH_IMPERATIVE.match(action) or (topic_of(x, PREFERENCE_TOPICS) and not ZH_EVENT.search(x))
+        ):
             return None
         x = re.sub(r"请|麻烦", "", x)
         content = f"用户希望{when}{x}" if m.start("when") == 0 else "用户希望" + re.sub(r"请|麻烦", "", clean(c))

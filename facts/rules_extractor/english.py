@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from ..enums import Authority, Category
+from ..enums import Authority, Category, Durability
 from ..schemas import normalize_key
 from .keys import (
     ATTRIBUTES,
@@ -20,8 +20,8 @@ from .keys import (
     slug_of,
     topic_of,
 )
-from .markers import EN_DURABLE, EN_IMPERATIVE, EN_TEMPORARY
-from .statement import LIKELY, SURE, UNSURE, Statement, en_content, third_person_verb
+from .markers import EN_DURABLE, EN_TEMPORARY
+from .statement import LIKELY, SURE, UNSURE, Statement, en_content, en_object, third_person_verb
 from .text import clean
 
 _I = re.IGNORECASE
@@ -30,6 +30,30 @@ _I = re.IGNORECASE
 def _role(x: str) -> bool:
     head = re.split(r"\b(?:at|in|for|with|who|and|but|from|on)\b|[,(]", x, maxsplit=1, flags=_I)[0]
     return bool(ROLE_WORDS.search(head) or ZH_ROLE_WORDS.search(head))
+
+
+# What a standing instruction to the assistant starts with: something the assistant
+# does when it answers or works ("always answer in English", "never push to main").
+# "Never give up", "always look on the bright side", "never been on a sports team" are
+# mottos and fragments, not instructions: their verb is not one of these, or (give up,
+# show off) it is the idiom, not the action.
+_ASSISTANT_VERBS = re.compile(
+    r"^(?:please\s+)?(?:answer|reply|respond|write|explain|use|give|show|include|add|put|format|translate|comment|"
+    r"cite|quote|link|mention|ask|call|suggest|recommend|summari[sz]e|list|number|wrap|indent|name|return|start|"
+    r"begin|end|finish|keep|avoid|skip|omit|leave out|assume|check|double-check|test|run|document|type|label|"
+    r"sign|prefix|mark|speak|talk|send|tell|remind|review|correct|spell|capitali[sz]e|print|log|commit|push|"
+    r"deploy|merge|rebase|squash|refer to|address|reference|attach|provide|offer|respond|stick to|default to|"
+    r"switch to|go with|print|lint|pin|sort|limit|split|break|highlight|bold|show me|give me)\b"
+    r"(?!\s+(?:up|in|out|away|off|back|over|around|it a (?:go|try))\b)",
+    _I,
+)
+
+
+def assistant_action(x: str) -> bool:
+    """Does `x` ask the assistant to do something when it works for the user?"""
+    if not x or _THREADISH.match(x) or (en_object(x) is None and not re.search(r"\bme\b", x, _I)):
+        return False
+    return bool(_ASSISTANT_VERBS.match(x) or topic_of(x, PREFERENCE_TOPICS))
 
 
 _THREADISH = re.compile(
@@ -75,30 +99,42 @@ def en_statement(clause: str) -> Statement | None:
 
     m = re.match(r"^i(?:'m| am)\s+(?:currently\s+|now\s+|still\s+)?(?:learning|studying)\s+(?P<x>.+)", c, _I)
     if m:
-        x = clean(m["x"])
-        if _THREADISH.match(x):
+        x = en_object(m["x"])
+        if x is None or _THREADISH.match(x):
             return None
         return Statement(
             Category.GOAL, key_of("learning", x, topics=()), en_content("User is learning {x}.", x), LIKELY
         )
     m = re.match(r"^i(?:'m| am)\s+(?:currently\s+)?(?:preparing|studying) for\s+(?P<x>.+)", c, _I)
     if m:
-        x = clean(m["x"])
-        return Statement(
+        x = en_object(m["x"])
+        if x is None:
+            return None
+        statement = Statement(
             Category.GOAL, key_of("preparing", x, topics=()), en_content("User is preparing for {x}.", x), LIKELY
         )
+        if re.match(r"^(?:a|an)\b", x, _I):
+            statement.durability = Durability.TEMPORARY  # one speech, one interview: an event, not a lasting goal
+        return statement
     m = re.match(r"^i want to (?:become|be) (?:a|an)\s+(?P<x>.+)", c, _I)
     if m:
-        x = clean(m["x"])
+        x = en_object(m["x"])
+        if x is None:
+            return None
         return Statement(Category.GOAL, "career_goal", en_content("User wants to become a {x}.", x), LIKELY)
     m = re.match(r"^i(?:'m| am) (?:trying|planning|hoping) to\s+(?P<x>.+)", c, _I)
     if m:
-        x = clean(m["x"])
+        x = en_object(m["x"])
+        if x is None:
+            return None
         return Statement(Category.GOAL, key_of("goal", x, topics=()), en_content("User is trying to {x}.", x), UNSURE)
 
-    m = re.match(r"^my\s+(?P<attr>[a-z][a-z' -]{0,30}?)\s+(?:is|are)\s+(?P<x>.+)", c, _I)
+    m = re.match(r"^my\s+(?P<attr>[a-z][a-z' -]{0,30}?)\s+(?P<be>is|are)\s+(?P<x>.+)", c, _I)
     if m:
-        attr, x = m["attr"].lower().strip(), clean(m["x"])
+        attr, be = m["attr"].lower().strip(), m["be"].lower()
+        x = clean(m["x"]) if attr == "pronouns" else en_object(m["x"])  # "she/her" names no one
+        if x is None:
+            return None
         fav = re.match(r"^(?:favou?rite|preferred|go-to|default)\s+(?P<what>.+)$", attr)
         if fav:
             what = fav["what"]
@@ -107,7 +143,7 @@ def en_statement(clause: str) -> Statement | None:
                 if fav.group(0).startswith("fav")
                 else normalize_key("preferred_" + what)
             )
-            return Statement(Category.PREFERENCE, key[:60], en_content(f"User's {attr} is {{x}}.", x), SURE)
+            return Statement(Category.PREFERENCE, key[:60], en_content(f"User's {attr} {be} {{x}}.", x), SURE)
         main = re.match(r"^(?:main|primary|daily)\s+(?P<what>.+)$", attr)
         if main and main["what"] in ("editor", "language", "programming language", "os", "stack", "shell", "ide"):
             key = {"language": "programming_language", "programming language": "programming_language"}.get(
@@ -116,13 +152,13 @@ def en_statement(clause: str) -> Statement | None:
             return Statement(Category.CONTEXT, key, en_content(f"User's {attr} is {{x}}.", x), SURE)
         if attr in ATTRIBUTES:
             key, category = ATTRIBUTES[attr]
-            return Statement(category, key, en_content(f"User's {attr} is {{x}}.", x), SURE)
+            return Statement(category, key, en_content(f"User's {attr} {be} {{x}}.", x), SURE)
         return None
 
     m = re.match(r"^i work (?P<prep>as|at|for|in|on)\s+(?P<x>.+)", c, _I)
     if m:
-        prep, x = m["prep"].lower(), clean(m["x"])
-        if _THREADISH.match(x) or EN_TEMPORARY.search(x):
+        prep, x = m["prep"].lower(), en_object(m["x"]) or ""
+        if not x or _THREADISH.match(x) or EN_TEMPORARY.search(x):
             return None
         if prep == "as":
             return Statement(Category.CONTEXT, "occupation", en_content("User works as {x}.", x), SURE)
@@ -138,7 +174,9 @@ def en_statement(clause: str) -> Statement | None:
         x = clean(m["x"])
         fan = re.match(r"^(?:big |huge )?fan of\s+(?P<y>.+)", x, _I)
         if fan:
-            y = fan["y"]
+            y = en_object(fan["y"])
+            if y is None:
+                return None
             return Statement(Category.PREFERENCE, key_of("likes", y), en_content("User is a fan of {x}.", y), LIKELY)
         if re.match(r"^native\b.*\bspeaker\b", x, _I):
             return Statement(Category.CONTEXT, "native_language", en_content("User is a {x}.", x), SURE)
@@ -156,6 +194,10 @@ def en_statement(clause: str) -> Statement | None:
     )
     if m:
         adj, x = m["adj"].lower(), clean(m["x"])
+        if x:
+            x = en_object(x) or ""
+            if not x:
+                return None
         if _THREADISH.match(x):
             return None
         if adj in ("based in", "located in", "living in"):
@@ -173,8 +215,8 @@ def en_statement(clause: str) -> Statement | None:
         key = normalize_key("familiarity_" + (slug_of(x) or "general"))[:60]
         return Statement(Category.CONTEXT, key, en_content(f"User is {adj} {{x}}.", x), LIKELY)
     m = re.match(r"^i live in\s+(?P<x>.+)", c, _I)
-    if m:
-        return Statement(Category.CONTEXT, "location", en_content("User lives in {x}.", m["x"]), SURE)
+    if m and en_object(m["x"]):
+        return Statement(Category.CONTEXT, "location", en_content("User lives in {x}.", en_object(m["x"]) or ""), SURE)
     m = re.match(r"^i speak\s+(?P<x>.+)", c, _I)
     if m and re.search(LANGS, m["x"], _I):
         return Statement(Category.CONTEXT, "languages_spoken", en_content("User speaks {x}.", m["x"]), LIKELY)
@@ -187,11 +229,13 @@ def en_statement(clause: str) -> Statement | None:
         _I,
     )
     if m:
-        verb, x = m["verb"].lower(), clean(m["x"])
-        if _THREADISH.match(x):
+        verb, x = m["verb"].lower(), en_object(m["x"]) or ""
+        if not x or _THREADISH.match(x):
             return None
         if verb == "use":
             return Statement(Category.CONTEXT, key_of("uses", x, topics=TOOL_TOPICS), en_content("User does not use {x}.", x), LIKELY)  # fmt: skip
+        if verb in ("want", "need") and not (re.match(r"^you to\b", x, _I) or topic_of(x, PREFERENCE_TOPICS)):
+            return None  # "I don't want to make everything worse": a worry of the moment, not a preference
         confidence = LIKELY if verb in ("want", "need") else SURE
         return Statement(
             Category.PREFERENCE, key_of("pref", x), en_content(f"User does not {verb} {{x}}.", x), confidence
@@ -200,8 +244,8 @@ def en_statement(clause: str) -> Statement | None:
         r"^i\s+(?:really\s+|just\s+)?(?P<verb>hate|dislike|can't stand|cannot stand|detest)\s+(?P<x>.+)", c, _I
     )
     if m:
-        x = clean(m["x"])
-        if _THREADISH.match(x):
+        x = en_object(m["x"]) or ""
+        if not x or _THREADISH.match(x):
             return None
         return Statement(Category.PREFERENCE, key_of("pref", x), en_content("User dislikes {x}.", x), SURE)
 
@@ -212,7 +256,7 @@ def en_statement(clause: str) -> Statement | None:
         _I,
     )
     if m:
-        verb, x = m["verb"].lower(), clean(m["x"])
+        verb, x = m["verb"].lower(), en_object(m["x"]) or ""
         if _THREADISH.match(x) or not x:
             return None
         if verb in ("want", "need"):
@@ -223,7 +267,7 @@ def en_statement(clause: str) -> Statement | None:
         return Statement(Category.PREFERENCE, key_of("pref", x), en_content(f"User {third} {{x}}.", x), SURE)
     m = re.match(r"^i(?:'d| would)\s+(?:much\s+)?(?P<verb>prefer|rather|like|love)\s+(?P<x>.+)", c, _I)
     if m:
-        x = clean(m["x"])
+        x = en_object(m["x"]) or ""
         if _THREADISH.match(x) or not x:
             return None
         standing = bool(EN_DURABLE.search(x))
@@ -240,8 +284,8 @@ def en_statement(clause: str) -> Statement | None:
         _I,
     )
     if m:
-        adv, verb, x = m["adv"].strip().lower(), m["verb"].lower(), clean(m["x"])
-        if _THREADISH.match(x) or re.search(r"\b(?:here|in this|for this)\b", x, _I):
+        adv, verb, x = m["adv"].strip().lower(), m["verb"].lower(), en_object(m["x"]) or ""
+        if not x or _THREADISH.match(x) or re.search(r"\b(?:here|in this|for this)\b", x, _I):
             return None
         habitual = bool(adv) and "also" not in adv
         strong = verb in ("use", "work with", "code in", "program in", "write in", "develop in", "develop with")
@@ -261,12 +305,7 @@ def en_statement(clause: str) -> Statement | None:
     )
     # A standing instruction starts with what to do ("never use tabs"); "…, never on
     # Mondays" is an elliptical clause whose verb stayed in the clause before it.
-    if m and not re.match(
-        r"^(?:mind|again|ever|on|in|at|for|with|by|from|during|before|after|until|the|a|an|my|our|this|that|"
-        r"these|those|every|each|some|any)\b",
-        m["x"],
-        _I,
-    ):
+    if m and assistant_action(clean(m["x"])):
         x = clean(m["x"])
         word = "never" if re.match(r"^(?:please\s+)?(?:do not|don't|never)", c, _I) else "always"
         return Statement(
@@ -294,11 +333,22 @@ def en_statement(clause: str) -> Statement | None:
                 inner.standing = True
             return inner
         # "In general, the code looks fine" is no request
-        if not (EN_IMPERATIVE.match(x) or topic_of(x, PREFERENCE_TOPICS)):
+        if not assistant_action(x):
             return None
         return Statement(Category.PREFERENCE, key_of("pref", x), en_content("User's standing request: {x}.", x), SURE, standing=True)  # fmt: skip
     m = re.match(r"^(?:please\s+)?(?:whenever|every time|each time|any time) you\s+(?P<x>.+)", c, _I)
     if m:
         x = clean(m["x"])
-        return Statement(Category.PREFERENCE, key_of("pref", x), en_content("User's standing request: whenever you {x}.", x), LIKELY, standing=True)  # fmt: skip
+        # "whenever you write Python, use type hints": the request is what follows the
+        # condition; "whenever you need me, just open the device" asks nothing of the work
+        when, comma, request = x.partition(",")
+        if not assistant_action(when):
+            return None
+        request = clean(re.sub(r"^(?:please|just|always)\s+", "", clean(request), flags=_I))
+        # (its words may point back into the condition: "include its license")
+        if comma and not (_ASSISTANT_VERBS.match(request) or topic_of(request, PREFERENCE_TOPICS)):
+            return None
+        # alone, "whenever you write Python" is half a request: unsure until its request follows
+        confidence = LIKELY if comma else UNSURE
+        return Statement(Category.PREFERENCE, key_of("pref", x), en_content("User's standing request: whenever you {x}.", x), confidence, standing=True)  # fmt: skip
     return None

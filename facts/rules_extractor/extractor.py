@@ -39,7 +39,7 @@ from .markers import (
     strip_leads,
 )
 from .statement import HEDGED, LIKELY, SURE, UNSURE, Statement, en_content
-from .text import CLAUSE_BREAK, SENTENCE_END, clean, has_han, spans
+from .text import CLAUSE_BREAK, SENTENCE_END, clean, has_han, mask, spans
 
 _I = re.IGNORECASE
 
@@ -50,6 +50,8 @@ NAME = "rules-v1"
 MAX_SENTENCE_CHARS = 400
 # More than this from one message is a document, not a conversation turn.
 MAX_FACTS_PER_MESSAGE = 20
+# Past this many sentences a message is a pasted document: the rest is not read.
+MAX_SENTENCES = 300
 
 
 # --- project rules ------------------------------------------------------------------------
@@ -76,7 +78,16 @@ _ZH_PROJECT = re.compile(
 def _project_statement(clause: str) -> Statement | None:
     if _EN_PROJECT.match(clause) or _ZH_PROJECT.match(clause):
         text = clean(clause)
-        content = text[0].upper() + text[1:] + ("" if has_han(text) else ".")
+        # The card lives in the project's own folder: "this repo" is the project, said so
+        # the fact reads alone ("这个仓库统一用 PostgreSQL 16" → "项目统一用 PostgreSQL 16").
+        said = re.sub(
+            r"^(?:(?:in|for) )?(?:this|our) (?:repo|repository|project|codebase|code base|monorepo)\b",
+            lambda m: "In the project" if m.group(0).lower().startswith(("in ", "for ")) else "The project",
+            text,
+            flags=_I,
+        )
+        said = re.sub(r"^(?:这个|本|我们的?|当前)(?:项目|仓库|代码库|repo|工程)", "项目", said)
+        content = said[0].upper() + said[1:] + ("" if has_han(said) else ".")
         topic = topic_of(text, TOOL_TOPICS + PREFERENCE_TOPICS)
         if re.search(r"\b(?:postgres(?:ql)?|mysql|sqlite|mongodb|redis)\b|数据库", text, _I):
             topic = "database"
@@ -114,6 +125,9 @@ def _imperative(clause: str, *, marked: bool) -> Statement | None:
     )
     if not body or not (EN_IMPERATIVE.match(body) or ZH_IMPERATIVE.match(body) or subject_first):
         return None
+    # "写作其实是一个长期积累的过程", "用来包装代码": a statement about something, not a request
+    if has_han(body) and "请" not in body and re.search(r"是|其实|用来|用于", body):
+        return None
     in_clause = bool(
         EN_TEMPORARY.search(clause) or ZH_TEMPORARY.search(clause) or EN_DURABLE.search(clause)
         or ZH_DURABLE.search(clause) or body != clause
@@ -139,9 +153,37 @@ def _analyze(clause: str, *, marked: bool = False) -> Statement | None:
     )
 
 
+# A clause that runs a statement on must be one more item of its list ("I like hiking,
+# running, and rock climbing", "我喜欢唱歌，跳舞，摄影"), not a new thought about it.
+_EN_ITEM = re.compile(
+    r"^(?:and |or |as well as )?(?!(?:i|i'm|i've|it|it's|they|this|that|which|who|we|you|he|she|there|my)\b)[^.!?]{1,40}$",
+    _I,
+)
+_EN_VERBISH = re.compile(
+    r"\b(?:is|are|was|were|am|be|been|have|has|had|do|does|did|can|could|will|would|should|make|makes|made|feel|feels|felt|give|gives)\b|'(?:s|re|ve|ll|d)\b",
+    _I,
+)
+_ZH_ITEM = re.compile(r"^(?:和|以及|还有|及)?[^我你他她它这那是让使感觉得会要想吧呢吗啊]{1,10}$")
+
+
+# The next step of an instruction ("先给结论，再补充必要的解释", "…, then the details").
+_NEXT_STEP = re.compile(r"^(?:再|先|并且?|最后|然后再|(?:and )?then\b)", _I)
+
+
+def _list_item(piece: str, *, instruction: bool = False) -> bool:
+    if instruction and _NEXT_STEP.match(piece) and len(piece) <= 40:
+        return True
+    if has_han(piece):
+        return bool(_ZH_ITEM.match(piece))
+    return bool(_EN_ITEM.match(piece)) and not _EN_VERBISH.search(piece) and len(piece.split()) <= 5
+
+
 def _statements(text: str) -> list[_Found]:
     found: list[_Found] = []
-    for s_start, s_end in spans(text, SENTENCE_END):
+    masked, quotes = mask(text)
+    for s_start, s_end in spans(masked, SENTENCE_END)[:MAX_SENTENCES]:
+        if len(found) >= MAX_FACTS_PER_MESSAGE:
+            break
         if s_end - s_start > MAX_SENTENCE_CHARS:
             continue  # pasted code, logs, a wall of text: not a statement about the user
         sentence = text[s_start:s_end]
@@ -150,7 +192,7 @@ def _statements(text: str) -> list[_Found]:
         lead_free, _, _, _ = strip_leads(sentence)
         if EN_HYPOTHETICAL.match(lead_free) or ZH_HYPOTHETICAL.match(lead_free):
             continue
-        clauses = spans(text, CLAUSE_BREAK, s_start, s_end)
+        clauses = spans(masked, CLAUSE_BREAK, s_start, s_end)
 
         # In "我喜欢用 vim，你有什么插件推荐吗？" only the last clause asks.
         asking = [question and (i == len(clauses) - 1 or asks(text[a:b])) for i, (a, b) in enumerate(clauses)]
@@ -172,7 +214,10 @@ def _statements(text: str) -> list[_Found]:
                         modifier_start = c_start
                     continue
                 # a bare modifier ("From now on", "这次", "以后的话") labels the next clause
-                bare_temp = bool(EN_TEMPORARY.fullmatch(body) or re.fullmatch(rf"(?:{ZH_TEMPORARY.pattern})(?:的话)?(?:先)?", body))  # fmt: skip
+                unhedged = re.sub(
+                    r"^(?:just|only)\s+|\s+only$", "", body, flags=_I
+                )  # "Just for today", "for this answer only"
+                bare_temp = bool(EN_TEMPORARY.fullmatch(unhedged) or re.fullmatch(rf"(?:{ZH_TEMPORARY.pattern})(?:的话)?(?:先)?", body))  # fmt: skip
                 bare_durable = bool(
                     re.fullmatch(rf"(?:please\s+)?(?:{EN_DURABLE_WORDS})", body, _I)
                     or re.fullmatch(rf"(?:{ZH_DURABLE.pattern})(?:的话)?(?:都|也)?", body)
@@ -195,23 +240,39 @@ def _statements(text: str) -> list[_Found]:
                 n_start, n_end = clauses[nxt]
                 piece = clean(text[n_start:n_end])
                 piece_body = clean(strip_leads(piece)[0])
+                instruction = statement.standing or statement.content.startswith(("User's request", "用户要求"))
+                # "Whenever you write Python," is half a request: its other half is next
+                half = (
+                    statement.content.startswith("User's standing request: whenever you")
+                    and "," not in statement.content
+                )
                 if (
                     not piece
+                    or not _list_item(piece, instruction=instruction)
                     or asking[nxt]
                     or is_acknowledgement(piece)
-                    or _CONTINUATION_STOP.match(piece)
-                    or _analyze(piece_body) is not None
+                    or (_CONTINUATION_STOP.match(piece) and not (instruction and _NEXT_STEP.match(piece)))
+                    or (_analyze(piece_body) is not None and not half)
                     or EN_TEMPORARY.search(piece)
                     or ZH_TEMPORARY.search(piece)
                 ):
                     break
                 end = n_end
                 nxt += 1
-            whole = text[c_start:end]
-            if end > c_end:
-                extended = _analyze(clean(strip_leads(clean(whole))[0]))
+            # the longest run-on that still reads as one statement ("I like A, B, and C, a
+            # variety of them" keeps "A, B, and C")
+            for stop in range(nxt, index + 1, -1):
+                extended = _analyze(clean(strip_leads(clean(text[c_start : clauses[stop - 1][1]]))[0]))
                 if extended is not None and extended.confidence >= statement.confidence:
-                    statement = extended
+                    statement, end = extended, clauses[stop - 1][1]
+                    break
+            else:
+                end = c_end
+            if any(q_start <= c_start < q_end for q_start, q_end in quotes):
+                index = nxt  # someone else's words, a sign, a title: not the user speaking
+                pending_temporary = pending_durable = pending_correction = pending_memory = False
+                modifier_start = None
+                continue
             span_start = modifier_start if modifier_start is not None else c_start
             span_text = text[span_start:end]
             statement = _label(

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from ..enums import Category
 from ..schemas import normalize_key
+from ..wording import key_mismatch
 from .text import has_han
 
 _I = re.IGNORECASE
@@ -197,8 +198,11 @@ def topic_of(text: str, topics: Sequence[tuple[str, re.Pattern[str]]]) -> str | 
 
 
 def key_of(prefix: str, text: str, *, topics: Sequence[tuple[str, re.Pattern[str]]] = PREFERENCE_TOPICS) -> str:
+    """The key of a statement about `text`: its attribute when it names one and is about
+    it (the gate's own test, `facts.wording.key_mismatch`: "long-distance running" names
+    no response length), else `{prefix}_{subject words}`."""
     topic = topic_of(text, topics)
-    if topic:
+    if topic and not key_mismatch(topic, text):
         return topic
     slug = slug_of(text) or "general"
     return normalize_key(f"{prefix}_{slug}")[:60].rstrip("_")

@@ -217,18 +217,17 @@ def dashboard(base: str, fact_id: str, count: int) -> None:
                         "Nothing was changed" in answer.text,
                     )
                 else:
-                    value = _counter(_field(page.text, "workContext-summary"))
+                    # The profile is one form (issue 37): the section named, the others left as they are.
+                    value = _counter(_field(page.text, "workContext"))
                     form = {
                         "csrfmiddlewaretoken": _field(page.text, "csrfmiddlewaretoken"),
                         "user": USER,
-                        "section_name": "workContext",
-                        "workContext-section": "workContext",
-                        "workContext-summary": f"Web counter: {value + 1}",
-                        "workContext-revision": _field(page.text, "workContext-revision"),
-                        "workContext-reason": f"increment {n}",
+                        "revision": _field(page.text, "revision"),
+                        "reason": f"increment {n}",
+                        "workContext": f"Web counter: {value + 1}",
                     }
                     answer = http.post("/profiles/edit/", data=form)
-                    ok = "Work context saved (profile revision" in answer.text
+                    ok = "Saved Work context (profile revision" in answer.text
                     conflict = "the profile changed since you opened it" in answer.text
                 stats.seen(answer)
                 if ok:

@@ -13,6 +13,8 @@ from facts.erasure.plan import Plan, plan
 from facts.erasure.run import erase
 from facts.erasure.scope import Scope
 from facts.errors import InvalidId
+from facts.models import Erasure
+from facts.people import NoSuchPerson, PersonError, person_id
 
 SHOWN_IDS = 20
 
@@ -33,6 +35,20 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="Counts and ids as JSON")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            # Someone memory holds something about, or a one-line refusal: never an
+            # erasure of nobody ("0 item(s) removed").
+            person_id(options["user"])
+        except NoSuchPerson as exc:
+            done = Erasure.objects.filter(user_id=options["user"], status=Erasure.Status.DONE).order_by("-id").first()
+            if done is None or not options["yes"]:
+                raise CommandError(str(exc)) from None
+            # A rerun after an erasure that finished (its process killed before it said
+            # so): nothing is left, and that is success, not an error.
+            self.stdout.write(f"Nothing left to erase: erasure {done.id} of this user finished at {done.finished_at}.")
+            return
+        except PersonError as exc:
+            raise CommandError(str(exc)) from None
         try:
             scope = Scope.of(options["user"], options["agent"], options["thread"], options["project"])
         except InvalidId as exc:

@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from facts.errors import InvalidId
+from facts.people import PersonError, person_id
 from facts.portability import export
 
 
@@ -23,7 +24,10 @@ class Command(BaseCommand):
         parser.add_argument("--force", action="store_true", help="Replace --out if it exists.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        user_id = options["user"]
+        try:
+            user_id = person_id(options["user"])  # an archive of zeros helps nobody
+        except PersonError as exc:
+            raise CommandError(str(exc)) from None
         try:
             out = Path(options["out"] or export.default_filename(user_id))
         except InvalidId as exc:

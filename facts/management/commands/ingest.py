@@ -9,11 +9,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from facts import tenancy
 from facts.extraction import ExtractionError
 from facts.pipeline import REPLAY_BATCH, run_replays, run_turns_now
 from facts.turns import CleanTurn, TurnRejected, clean_turn
 
-FIELDS = {"user_id", "agent_name", "thread_id", "project_id", "messages", "model_output"}
+FIELDS = {"user_id", "agent_name", "thread_id", "project_id", "messages", "created_at", "model_output"}
 
 Outcome = dict[str, Any] | ValueError
 
@@ -38,7 +39,10 @@ def parse_line(text: str) -> tuple[CleanTurn, dict[str, Any] | None]:
             thread_id=data.get("thread_id"),
             project_id=data.get("project_id"),
             messages=data.get("messages"),
+            created_at=data.get("created_at"),
         )
+        # A project of another tenant is refused here as at every other door.
+        tenancy.check(turn.user_id, turn.project_id)
     except TurnRejected as exc:
         raise ValueError(str(exc)) from None
     return turn, data.get("model_output")
@@ -211,7 +215,9 @@ def _run_forked(
 class Command(BaseCommand):
     help = (
         "Ingest FILE.jsonl: one turn per line {user_id, agent_name, thread_id, project_id?, messages, "
-        "model_output?}. With model_output the model is not called (replay). Same pipeline and gate as the API."
+        "created_at?, model_output?}. created_at (ISO 8601 with its offset; each message may carry its own) "
+        "dates the facts taken from it. With model_output the model is not called (replay). Same pipeline "
+        "and gate as the API."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

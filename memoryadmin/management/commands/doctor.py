@@ -1,7 +1,8 @@
 """`manage.py doctor`: is this installation safe and healthy? Exit 1 on any problem.
 
 Checks: settings (DEBUG off with the default SECRET_KEY, hosts, memory settings),
-migrations, MEMORY_ROOT (exists, writable, not open to other users, no stale temp
+accounts (none may keep the default password ``admin``; tenant walls on while keys are
+limited to users), migrations, MEMORY_ROOT (exists, writable, not open to other users, no stale temp
 files), the files vs mirror vs index vs vectors (drift, unreadable cards), the
 embedding model (loads and embeds, when MEMORY_EMBEDDINGS is on), turns pending for
 too long or stuck in processing past their claim's lease, and the model endpoint (a quick HTTP request to MEMORY_LLM_BASE_URL).
@@ -25,7 +26,9 @@ from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 DEFAULT_SECRET_PREFIX = "insecure-local-only-key"
-CHECKS = ("settings", "database", "files", "machines", "index", "embeddings", "turns", "model")
+CHECKS = ("settings", "accounts", "database", "files", "machines", "index", "embeddings", "turns", "model")
+# Accounts whose password is compared with the default (each comparison costs one hash).
+MAX_ACCOUNTS_CHECKED = 500
 STALE_TEMP_SECONDS = 600
 
 
@@ -87,6 +90,38 @@ class Doctor:
                 self.fail("settings", f"{name} must be positive")
         if not any(f.check == "settings" and f.level == "fail" for f in self.findings[before:]):
             self.ok("settings", "settings are consistent")
+
+    def check_accounts(self) -> None:
+        """No dashboard account may keep bootstrap's local default password (`admin`):
+        it is the first thing anyone tries. A failure in DEBUG too: the port may be open."""
+        from django.contrib.auth import get_user_model
+        from django.contrib.auth.hashers import check_password
+
+        from memoryadmin.management.commands.bootstrap import DEFAULT_PASSWORD
+
+        User = get_user_model()
+        people = User.objects.filter(is_active=True).order_by("-is_superuser", "pk")[:MAX_ACCOUNTS_CHECKED]
+        # hashers.check_password, not User.check_password: a check must not rewrite a hash.
+        weak = [
+            u.get_username() for u in people if u.has_usable_password() and check_password(DEFAULT_PASSWORD, u.password)
+        ]
+        if weak:
+            names = ", ".join(repr(name) for name in weak[:5])
+            self.fail(
+                "accounts",
+                f"{len(weak)} account(s) still have the default password {DEFAULT_PASSWORD!r}: {names}; "
+                f"change it (`manage.py changepassword {weak[0]}`)",
+            )
+        else:
+            self.ok("accounts", "no account has the default password")
+        from memoryadmin.models import ApiKey
+
+        if not getattr(settings, "MEMORY_TENANT_SEPARATOR", ":") and ApiKey.objects.exclude(allowed_users=[]).exists():
+            self.warn(
+                "accounts",
+                "API keys are limited to users (tenants) but MEMORY_TENANT_SEPARATOR is empty: "
+                "project memory is not walled between tenants",
+            )
 
     def check_database(self) -> None:
         try:

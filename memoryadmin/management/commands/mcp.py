@@ -2,7 +2,8 @@
 
 The client starts this command itself (see docs/operations.md "MCP"); whoever can start it can
 already read the database and the memory files, so there is no key: the user, agent
-and project are fixed by the arguments for the life of the process.
+and project are fixed by the arguments for the life of the process. A project of
+another tenant than the user's is refused before the server starts (`facts.tenancy`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from facts import tenancy
 from memoryadmin.api_schemas import BadRequest, clean_agent, clean_id
 from memoryadmin.mcp_server import Identity, build_server
 
@@ -35,4 +37,9 @@ class Command(BaseCommand):
             )
         except BadRequest as exc:
             raise CommandError(exc.text) from None
+        try:
+            # The same wall as over HTTP: the user's tenant must own the project or share it.
+            tenancy.check(identity.user_id, identity.project_id)
+        except tenancy.ProjectNotAllowed as exc:
+            raise CommandError(f"--project: {exc.message} (project_not_allowed)") from None
         build_server(lambda ctx: identity).run("stdio")

@@ -9,6 +9,7 @@ complete requests. Measured against gunicorn's threaded worker in docs/operation
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from django.conf import settings
@@ -28,11 +29,21 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        from django.core.wsgi import get_wsgi_application
+        from django.urls import get_resolver
         from waitress.server import BaseWSGIServer, create_server
 
-        from memoryadmin.wsgi import application
+        from retrieval.tokenize import warm
 
         listen = " ".join(options["listen"]) or "127.0.0.1:8000"
+        # Not memoryadmin.wsgi, which loads the tokenizers and the embedding model before
+        # it returns (for gunicorn --preload, which must not fork while a load holds its
+        # lock). waitress never forks: it listens first and they load on a thread, so the
+        # login page answers seconds sooner on a first start (docs/operations.md); a
+        # search or write arriving meanwhile waits for the load it needs, as it would cold.
+        application = get_wsgi_application()
+        # Every view imported now, not by the first request racing the loads.
+        get_resolver().url_patterns  # noqa: B018 (the property imports the URLconf)
         per_address = 0 if settings.WEB_TRUSTED_PROXY else int(settings.WEB_CONNECTIONS_PER_ADDRESS)
         self.stdout.write(
             f"Serving on {listen} with waitress ({settings.WEB_THREADS} threads, "
@@ -46,6 +57,7 @@ class Command(BaseCommand):
             for dispatcher in list(sockets.values()):
                 if isinstance(dispatcher, BaseWSGIServer):
                     dispatcher.channel_class = channel
+        threading.Thread(target=warm, kwargs={"queries": True}, name="warm", daemon=True).start()
         server.run()
 
 
