@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("facts", "0009_cardchange"),
+        ("facts", "0012_project_tenancy"),
     ]
 
     operations = [
