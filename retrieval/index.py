@@ -32,13 +32,16 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from itertools import chain
+from pathlib import Path
 from typing import NamedTuple
 
+from facts import sqlitegen
 from facts.atomic import make_private_dirs
 from facts.cardfile import Card
 from facts.enums import CardStatus
 from facts.ids import normalize_agent
-from facts.mirror import Drift, FileSnapshot, Scanned, gc_paused
+from facts.mirror import Drift, FileSnapshot, Scanned, gc_paused, refresh, snapshot
+from facts.store import Store
 
 from . import derived, scancache, tokens, vectors
 from .indexdb import (  # noqa: F401 - re-exported: callers use `index.connection()` etc.
@@ -48,19 +51,25 @@ from .indexdb import (  # noqa: F401 - re-exported: callers use `index.connectio
     QUEUE_CORRECTIONS,
     QUEUE_OTHERS,
     SCHEMA_VERSION,
+    SETTLE_S,
     IndexUnavailable,
+    _bad,
+    _cannot_open,
     _close_handle,
     _connect,
     _create_schema,
+    _discard,
     _rebuild_lock,
-    _remove_files,
     _retrying,
     _schema_ok,
     after_write,
     connection,
     index_path,
     is_corruption,
+    request_rebuild,
     reset,
+    status,
+    wait_for_rebuilds,
 )
 from .tokenize import load_dictionary
 
@@ -483,7 +492,8 @@ def update(written: Sequence[Card], deleted: Sequence[Card]) -> None:
     puts = [row_for(card) for card in written if indexed(card)]
     removals = [card.id for card in written if not indexed(card)] + [card.id for card in deleted]
     if puts or removals:
-        _retrying(lambda conn: _apply(conn, puts, removals))
+        # A write never waits for a rebuild: the rebuild's catch-up reads these files.
+        _retrying(lambda conn: _apply(conn, puts, removals), writing=True)
         after_write(index_path())
 
 
@@ -501,6 +511,10 @@ def on_cards_changed(written: Sequence[Card], deleted: Sequence[Card]) -> None:
     ``reindex --check`` shows the card as drift until the next rebuild."""
     try:
         update(written, deleted)
+    except IndexUnavailable as exc:
+        # Committed under the commit gate, so the rebuild's catch-up (which holds it
+        # exclusively) reads these files: nothing is lost.
+        log.info("search index not written for %d cards (%s)", len(written) + len(deleted), exc.message)
     except Exception:
         log.exception("search index update failed for %d cards; run `manage.py reindex`", len(written) + len(deleted))
 
@@ -532,7 +546,12 @@ def rebuild_from_snapshot(
     """Make the index equal to the files of `snap` (``manage.py reindex``); with
     `no_cache`, every vector is embedded again instead of taken from the cache. The
     vectors the cache lacks are embedded on every core first (`embed_ahead`, or `ahead`
-    when the caller started it), with `embedding_progress`."""
+    when the caller started it), with `embedding_progress`.
+
+    A usable index is refilled in place, in one transaction (readers see the old rows
+    until it commits); a missing, corrupt or outdated one is replaced by a new
+    generation, published when full. The caller catches up with the commits made since
+    `snap` was taken (`facts.mirror.catch_up`)."""
     started = time.monotonic()
     if ahead is None:
         ahead = embed_ahead(snap, no_cache=no_cache)
@@ -544,33 +563,97 @@ def rebuild_from_snapshot(
     _close_handle()
     derived.close_reader()
     with _rebuild_lock(path), gc_paused():
-        conn: sqlite3.Connection | None = None
-        try:
-            conn = _connect(path)
-            if not _schema_ok(conn):
-                raise sqlite3.DatabaseError("no such table: outdated schema")
-        except sqlite3.DatabaseError as exc:
-            if conn is not None:
-                conn.close()
-            if not is_corruption(exc) and "outdated" not in str(exc):
-                raise
-            _remove_files(path)
-            conn = _connect(path)
+        conn = _open_usable(path)
+        fresh: Path | None = None
+        if conn is None:
+            fresh = sqlitegen.fresh(path)
+            conn = _connect(fresh, create=True)
             _create_schema(conn)
         try:
             count = _fill(conn, snap, progress, no_cache=no_cache)
-        finally:
+        except BaseException:
             conn.close()
+            if fresh is not None:
+                _discard(fresh)
+            raise
+        conn.close()
+        if fresh is not None:
+            sqlitegen.publish(path, fresh)
+        sqlitegen.sweep(path, settled_s=SETTLE_S)
     return {"indexed": count, "index_seconds": round(time.monotonic() - started, 3)}
+
+
+def _open_usable(path: Path) -> sqlite3.Connection | None:
+    """A connection to the current generation when it can be refilled in place."""
+    current = sqlitegen.target(path)
+    if current is None or sqlitegen.identity(current) in _bad:
+        return None
+    conn: sqlite3.Connection | None = None
+    try:
+        conn = _connect(current)
+        if _schema_ok(conn):
+            return conn
+    except sqlite3.DatabaseError as exc:
+        if not (is_corruption(exc) or _cannot_open(exc)):
+            if conn is not None:
+                conn.close()
+            raise
+    if conn is not None:
+        conn.close()
+    return None
+
+
+def build_generation(path: Path, store: Store) -> int:
+    """A new generation of the index at `path` from the files, published once it holds
+    every commit (the background rebuild of a missing, corrupt or outdated index, run
+    with ``rebuild.lock`` held). The scan runs in this process (no fork: the caller may
+    be a threaded web server). Commits made meanwhile are read again under the commit
+    gate, held exclusively, and the link moves under it too: every commit either
+    reached the files before that catch-up or writes to the new generation."""
+    fresh = sqlitegen.fresh(path)
+    conn = _connect(fresh, create=True)
+    try:
+        _create_schema(conn)
+        snap = snapshot(store, workers=1)
+        count = _fill(conn, snap)
+        # `refresh` updates the snapshot it is given: a copy, the caller's stays as read.
+        later = FileSnapshot(dict(snap.cards), dict(snap.profiles), list(snap.unreadable), snap.started_ns)
+        with store.commit_gate(exclusive=True):
+            changed, gone = refresh(store, later)
+            puts = [row_for(card) for card in changed if indexed(card)]
+            removals = [card.id for card in changed if not indexed(card)] + [card.id for card in gone]
+            if puts or removals:
+                _apply(conn, puts, removals)
+            sqlitegen.publish(path, fresh)
+    except BaseException:
+        conn.close()
+        _discard(fresh)
+        raise
+    conn.close()
+    sqlitegen.sweep(path, settled_s=SETTLE_S)
+    return count
+
+
+def _open_current() -> sqlite3.Connection | None:
+    """A connection to the current generation for a check (None when there is none): a
+    check never builds a missing index."""
+    current = sqlitegen.target(index_path())
+    if current is None:
+        return None
+    try:
+        return _connect(current)
+    except sqlite3.DatabaseError as exc:
+        if is_corruption(exc) or _cannot_open(exc):
+            return None
+        raise
 
 
 def indexed_signatures() -> dict[str, str] | None:
     """id → signature of every row, or None when there is no usable index file."""
-    path = index_path()
-    if not path.exists():
-        return None
     try:
-        conn = _connect(path)
+        conn = _open_current()
+        if conn is None:
+            return None
         try:
             if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
                 return {}
@@ -615,11 +698,10 @@ def vector_drift(snap: FileSnapshot) -> Drift | None:
     result = Drift()
     # A row's vhash is its text's content hash whenever embeddings are on (`row_for`).
     expected = {fid: scanned.row[_VHASH] for fid, scanned in _live_rows(snap).items()}
-    path = index_path()
     actual: dict[str, tuple[str | None, int]] = {}
-    if path.exists():
-        try:
-            conn = _connect(path)
+    try:
+        conn = _open_current()
+        if conn is not None:
             try:
                 if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
                     sql = (
@@ -629,9 +711,9 @@ def vector_drift(snap: FileSnapshot) -> Drift | None:
                     actual = {fid: (vhash, present) for fid, vhash, present in conn.execute(sql)}
             finally:
                 conn.close()
-        except sqlite3.DatabaseError as exc:
-            if not is_corruption(exc):
-                raise
+    except sqlite3.DatabaseError as exc:
+        if not is_corruption(exc):
+            raise
     for fact_id, wanted in expected.items():
         vhash, present = actual.get(fact_id, (None, 0))
         if vhash is not None and vhash != wanted:
@@ -654,9 +736,8 @@ def cache_drift(snap: FileSnapshot) -> Drift:
     for fact_id, scanned in live.items():
         if scanned.terms.corrupt:
             result.changed.append(fact_id)
-    path = index_path()
-    if path.exists():  # a check never builds a missing index
-        conn = _connect(path)
+    conn = _open_current()  # a check never builds a missing index
+    if conn is not None:
         try:
             result.changed.extend(scancache.drift(conn, snap))
             if vectors.enabled():

@@ -34,8 +34,10 @@ from typing import Any
 
 import numpy as np
 from django.conf import settings
+from filelock import FileLock
 
-from facts.atomic import PRIVATE_FILE_MODE, create_private_file
+from facts import sqlitegen
+from facts.atomic import PRIVATE_FILE_MODE
 
 from . import card_encoder, query_encoder
 from .card_encoder import CardEncoder
@@ -49,6 +51,10 @@ DIM = 512
 VECTORS_FILE = "vectors.sqlite3"
 # Texts embedded per call: big enough for numpy to batch, small enough to bound memory.
 EMBED_BATCH = 256
+# The model reads at most this much of a text: its cost grows faster than the text
+# (a 64,000-character card took 7 s and 430 MB, a 1.4 MB one gigabytes), and a fact's
+# meaning is in its first sentences. A batch then costs at most EMBED_BATCH × this.
+EMBED_CHARS = 2000
 # Hashes per `IN (…)` lookup (SQLite's default variable limit is 32,766; this keeps the
 # statement small).
 LOOKUP_BATCH = 500
@@ -220,7 +226,7 @@ def embed(texts: Sequence[str]) -> np.ndarray:
         return np.zeros((0, DIM), dtype=np.float32)
     try:
         batch = _card_path()
-        out = np.asarray((batch or model()).encode(list(texts)), dtype=np.float32)
+        out = np.asarray((batch or model()).encode([text[:EMBED_CHARS] for text in texts]), dtype=np.float32)
     except EmbeddingUnavailable:
         raise
     except Exception as exc:
@@ -241,7 +247,7 @@ def embed_query(text: str) -> np.ndarray:
     if single is None:
         return embed([text])[0]
     try:
-        return single.encode(text)
+        return single.encode(text[:EMBED_CHARS])
     except Exception as exc:
         raise EmbeddingUnavailable(f"embedding failed: {exc}") from exc
 
@@ -274,26 +280,52 @@ def from_blobs(blobs: Sequence[bytes]) -> np.ndarray:
 # --- the cache file -------------------------------------------------------------------
 
 
-def attach(conn: sqlite3.Connection, folder: Path) -> None:
-    """Attach the vector cache to an index connection as ``vc`` (created on first use).
-    A corrupt cache is deleted and started afresh: it only holds derived data."""
-    path = folder / VECTORS_FILE
+def attach(conn: sqlite3.Connection, folder: Path) -> Path:
+    """Attach the vector cache to an index connection as ``vc`` and return the file it
+    attached (the link ``vectors.sqlite3`` names a generation, `facts.sqlitegen`). A
+    missing cache is created; an unreadable one is replaced by a new, empty generation
+    (it only holds derived data), never deleted under the processes that use it."""
+    link = folder / VECTORS_FILE
+    replacing: Path | None = None
     for attempt in range(2):
-        create_private_file(path)
-        conn.execute("ATTACH DATABASE ? AS vc", (str(path),))
+        path = _current_cache(link, replacing=replacing)
+        conn.execute("ATTACH DATABASE ? AS vc", (f"{Path(os.path.abspath(path)).as_uri()}?mode=rw",))
         try:
             conn.execute("PRAGMA vc.journal_mode=WAL")
             conn.executescript(_SCHEMA)
             conn.execute("SELECT hash FROM vc.vectors LIMIT 1").fetchall()
-            return
+            return path
         except sqlite3.DatabaseError as exc:
             conn.execute("DETACH DATABASE vc")
             if attempt or "locked" in str(exc).lower() or "busy" in str(exc).lower():
                 raise
-            log.warning("vector cache %s is unreadable (%s): starting it afresh", path, exc)
-            for suffix in ("", "-wal", "-shm"):
-                with contextlib.suppress(FileNotFoundError):
-                    (folder / f"{VECTORS_FILE}{suffix}").unlink()
+            log.warning("vector cache %s is unreadable (%s): starting a new one", path, exc)
+            replacing = path
+    raise AssertionError("unreachable")
+
+
+# Cache generations this process found corrupt under a query (set by
+# `retrieval.indexdb._retrying`: a corruption error does not say which attached file it
+# came from, so the index's rebuild replaces the cache too).
+bad: set[tuple[int, int]] = set()
+
+
+def _current_cache(link: Path, *, replacing: Path | None = None) -> Path:
+    """The cache file `link` names; a new generation when there is none, when it still
+    names `replacing` (an unreadable one), or one found corrupt."""
+    current = sqlitegen.target(link)
+    if current is not None and sqlitegen.identity(current) in bad:
+        replacing = current
+    if current is not None and current != replacing:
+        return current
+    # One process makes the new one; another that wanted to uses it.
+    with FileLock(str(link.parent / "vectors.lock"), timeout=60, mode=PRIVATE_FILE_MODE):
+        current = sqlitegen.target(link)
+        if current is not None and current != replacing:
+            return current
+        fresh = sqlitegen.fresh(link)
+        sqlitegen.publish(link, fresh)
+        return fresh
 
 
 def _chunks(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:

@@ -26,6 +26,7 @@ from django.db import connection, models
 from .. import tenancy, writer
 from ..cardfile import Card, parse_card
 from ..errors import CardParseError, InvalidId
+from ..fileread import too_large
 from ..ids import normalize_id
 from ..models import (
     AuditEvent,
@@ -293,6 +294,8 @@ _PATHS = Store(Path("/nonexistent-root"))  # only for the paths a card belongs a
 def _parse_member(archive: Archive, name: str, kind: str, data: bytes) -> None:
     """One card or the profile: parsed, every string checked, placed where it says."""
     user_id = archive.user_id
+    if kind != "profile" and (problem := too_large(len(data))):
+        raise ImportRefused(f"{name}: {problem}")
     text = _text(name, data)
     if kind == "profile":
         document = _json(name, text)
