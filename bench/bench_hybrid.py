@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import corpus
 
 TARGETS = {"recall_all": 0.93, "recall_cross": 0.80, "search_p50_ms": 3, "search_p99_ms": 10, "warm_rebuild": 4000}
-TARGET_RSS_MB = 350
+TARGET_RSS_MB = 300  # issue 39 (was 350, issue 19)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -139,6 +139,19 @@ def _lat(name: str, runs: list[Callable[[], object]]) -> dict:
     return row
 
 
+def _memory_mb() -> dict[str, float]:
+    """This process's resident memory (RSS), its proportional share (PSS: a page
+    shared with n processes counts 1/n) and what is its alone (USS), from
+    /proc/self/smaps_rollup. A second worker forked after warming, or mapping the same
+    model table, adds about its USS: the rest is shared."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/smaps_rollup").read_text().splitlines()[1:])
+
+    def kb(name: str) -> float:
+        return int(fields[name].split()[0]) / 1024
+
+    return {"rss": kb("Rss"), "pss": kb("Pss"), "uss": kb("Private_Clean") + kb("Private_Dirty")}
+
+
 def _rss_mb() -> float:
     fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
     return int(fields["VmRSS"].split()[0]) / 1024
@@ -226,8 +239,11 @@ def serve(queries_file: Path) -> None:
     # cache. Reported apart: the target is for queries never seen before.
     figures["search_question_repeat"] = _lat("  the questions again (vector cached)", runs(queries["question"]))
     figures["serving_rss_mb"] = round(_rss_mb())
+    memory = _memory_mb()
+    figures["serving_pss_mb"], figures["serving_uss_mb"] = round(memory["pss"]), round(memory["uss"])
     print(
-        f"{'serving process RSS':<40} {figures['serving_rss_mb']} MB (warm {figures['warm_rss_mb']} MB, "
+        f"{'serving process RSS':<40} {figures['serving_rss_mb']} MB, PSS {figures['serving_pss_mb']} MB, "
+        f"unique (USS) {figures['serving_uss_mb']} MB (warm {figures['warm_rss_mb']} MB, "
         f"after {sum(map(len, queries.values())) + len(queries['question'])} searches)",
         flush=True,
     )
@@ -264,7 +280,7 @@ def main() -> None:
             ("short search p99 ≤ 10 ms", figures["search_short"]["p99_ms"], TARGETS["search_p99_ms"], False),
             ("question search p50 ≤ 3 ms", figures["search_question"]["p50_ms"], TARGETS["search_p50_ms"], False),
             ("question search p99 ≤ 10 ms", figures["search_question"]["p99_ms"], TARGETS["search_p99_ms"], False),
-            ("serving RSS ≤ 350 MB", figures["serving_rss_mb"], TARGET_RSS_MB, False),
+            ("serving RSS ≤ 300 MB", figures["serving_rss_mb"], TARGET_RSS_MB, False),
         ]
     print("== against the targets")
     for label, value, target, higher in checks:

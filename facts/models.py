@@ -57,6 +57,8 @@ class FactCard(models.Model):
             models.Index(fields=["status"], name="fact_status"),
             # "forget this conversation"
             models.Index(fields=["source_thread_id"], name="fact_thread"),
+            # /context and /search: is this agent known at all (api_service.agent_known)
+            models.Index(fields=["agent_name"], name="fact_agent"),
             # facts list sorted by recency
             models.Index(fields=["-updated_at"], name="fact_updated"),
         ]
@@ -178,6 +180,8 @@ class Turn(models.Model):
             # the worker: pending turns of one (user, agent, thread)
             models.Index(fields=["status", "user_id", "agent_name", "thread_id"], name="turn_pending_thread"),
             models.Index(fields=["status", "received_at"], name="turn_status_received"),
+            # /context and /search: is this agent known at all (api_service.agent_known)
+            models.Index(fields=["agent_name"], name="turn_agent"),
         ]
 
 

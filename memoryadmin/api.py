@@ -16,6 +16,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from facts import tenancy
 from facts.erasure.guard import ErasureInProgress
+from retrieval.indexdb import IndexUnavailable
 
 from . import api_auth, api_service
 from .api_schemas import BadRequest, TooLarge, parse_mode, parse_scope, parse_search, parse_turn, read_json_body
@@ -56,6 +57,9 @@ def api_endpoint(*methods: str) -> Callable[[View], View]:
                 return error(413, "too_large", f"the body is larger than {_max_body()} bytes")
             except BadRequest as exc:
                 return error(400, exc.code, exc.text)
+            except IndexUnavailable as exc:
+                # Loud, never an empty 200: the agent retries, or answers without memory.
+                return error(503, "index_unavailable", exc.message, Retry_After="5")
             except Exception:
                 # JSON for agents too; MemoryClient treats 5xx as transient and retries.
                 log.exception("API %s %s failed", request.method, request.path)
@@ -84,6 +88,19 @@ def _forbidden(key: ApiKey, user_id: str, agent_name: str, project_id: str | Non
     except tenancy.ProjectNotAllowed as exc:
         return error(403, exc.code, exc.message)
     return None
+
+
+def _unknown_agent(key: ApiKey, agent_name: str) -> JsonResponse | None:
+    """404 for an agent nothing knows (`api_service.agent_known`): a typo in agent_name
+    would otherwise read as an agent with no memory."""
+    if api_service.agent_known(agent_name, key):
+        return None
+    return error(
+        404,
+        "unknown_agent",
+        f"agent_name: no agent {agent_name!r} is known (it has sent no turn and has no memory or settings); "
+        "check the name. A new agent becomes known with its first turn.",
+    )
 
 
 def _turn(request: HttpRequest, *, flush: bool) -> HttpResponse:
@@ -117,23 +134,36 @@ def flush(request: HttpRequest) -> HttpResponse:
 
 @api_endpoint("GET")
 def context(request: HttpRequest) -> HttpResponse:
-    scope_params = parse_scope(request.GET)
+    scope_params = parse_scope(request.GET, require_agent=True)
     mode = parse_mode(request.GET)
     if denied := _forbidden(request.api_key, *scope_params.as_tuple()):  # type: ignore[attr-defined]
         return denied
+    if unknown := _unknown_agent(request.api_key, scope_params.agent_name):  # type: ignore[attr-defined]
+        return unknown
     scope = api_service.Scope(scope_params.user_id, scope_params.agent_name, scope_params.project_id)
     return JsonResponse(api_service.serve_context(scope, mode=mode), json_dumps_params={"ensure_ascii": False})
 
 
 @api_endpoint("GET")
 def search(request: HttpRequest) -> HttpResponse:
-    scope_params = parse_scope(request.GET)
+    scope_params = parse_scope(request.GET, require_agent=True)
     query, limit = parse_search(request.GET)
     if denied := _forbidden(request.api_key, *scope_params.as_tuple()):  # type: ignore[attr-defined]
         return denied
+    if unknown := _unknown_agent(request.api_key, scope_params.agent_name):  # type: ignore[attr-defined]
+        return unknown
     scope = api_service.Scope(scope_params.user_id, scope_params.agent_name, scope_params.project_id)
     results = api_service.serve_search(scope, query, limit=limit)
     return JsonResponse({"results": results}, json_dumps_params={"ensure_ascii": False})
+
+
+def health(request: HttpRequest) -> HttpResponse:
+    """Public, like a load balancer needs it: 200 when memory can be served, 503 (with
+    the index's state and why) when it cannot. Says nothing about anyone's memory."""
+    if request.method not in ("GET", "HEAD"):
+        return error(405, "method_not_allowed", "use GET for this endpoint", Allow="GET")
+    body = api_service.health()
+    return JsonResponse(body, status=200 if body["status"] == "ok" else 503)
 
 
 def openapi(request: HttpRequest) -> HttpResponse:

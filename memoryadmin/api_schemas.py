@@ -168,11 +168,18 @@ class ScopeParams:
         return self.user_id, self.agent_name, self.project_id
 
 
-def parse_scope(params: Any) -> ScopeParams:
+def parse_scope(params: Any, *, require_agent: bool = False) -> ScopeParams:
+    """The caller's user × agent (× project). `require_agent`: reads name their agent
+    (`__default__` for the bucket of turns sent without one), so a forgotten parameter
+    is a 400, not an empty memory."""
     for name in ("user_id", "agent_name", "project_id"):
         if len(params.getlist(name)) > 1:
             raise BadRequest(name, "is given more than once")
     user_id = clean_id("user_id", params.get("user_id"), required=True)
+    if require_agent and not (params.get("agent_name") or "").strip():
+        raise BadRequest(
+            "agent_name", "is required (`__default__` reads the turns sent without one)", code="missing_field"
+        )
     agent_name = clean_agent(params.get("agent_name"))
     project_id = clean_id("project_id", params.get("project_id"), required=False)
     return ScopeParams(str(user_id), agent_name, project_id)

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -33,7 +34,7 @@ from facts.intake.queue import queue_turn
 from facts.intake.turns import CleanTurn
 from facts.models import Candidate, FactCard, FactUsage, Injection, Turn
 from facts.storage.errors import InvalidId
-from facts.storage.ids import check_fact_id, normalize_agent
+from facts.storage.ids import DEFAULT_AGENT, check_fact_id, normalize_agent
 from retrieval.render import render_context
 from retrieval.search import memory_search_json
 from retrieval.tokens import count_tokens
@@ -94,6 +95,59 @@ def _writer_slot() -> Iterator[None]:
 
 
 # --- read: context and search ------------------------------------------------------
+
+
+def agent_known(agent_name: str, key: Any = None) -> bool:
+    """Whether `/context` and `/search` know this agent: the default bucket, an agent
+    some key is limited to, one with settings (the Agents page), or one that has sent a
+    turn or holds a card (each an indexed lookup). A new agent is known from its first
+    turn; before it, its reads say "unknown agent" and the clients read that as no
+    memory yet."""
+    if agent_name == DEFAULT_AGENT or (key is not None and agent_name in (key.allowed_agents or [])):
+        return True
+    now = time.monotonic()
+    if _known_agents.get(agent_name, 0.0) > now:
+        return True
+    from retrieval.models import AgentSettings
+
+    known = (
+        Turn.objects.filter(agent_name=agent_name).exists()
+        or FactCard.objects.filter(agent_name=agent_name).exists()
+        or AgentSettings.objects.filter(agent_name=agent_name).exists()
+    )
+    if known:
+        if len(_known_agents) >= KNOWN_AGENTS_MAX:
+            _known_agents.clear()
+        _known_agents[agent_name] = now + KNOWN_AGENT_SECONDS
+    return known
+
+
+# A known agent is remembered for a while (the lookups cost ~0.3-0.5 ms, as much as a
+# render); an unknown one never is, so an agent is known right after its first turn.
+# An agent whose last user was erased is unknown to every server within this time.
+KNOWN_AGENT_SECONDS = 30.0
+KNOWN_AGENTS_MAX = 10_000
+_known_agents: dict[str, float] = {}
+
+
+def health() -> dict[str, Any]:
+    """What `GET /api/v1/health` answers: whether memory can be served now (the database
+    answers, the search index is ready), and if not, why."""
+    from retrieval.indexdb import status
+
+    body: dict[str, Any] = {"status": "ok"}
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        body["database"] = "ok"
+    except Exception as exc:
+        body["status"] = "unavailable"
+        body["database"] = f"{exc.__class__.__name__}: {exc}"
+    index = status()
+    body["index"] = index
+    if index.get("state") != "ready":
+        body["status"] = "unavailable"
+    return body
 
 
 def serve_context(

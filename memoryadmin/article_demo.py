@@ -163,6 +163,7 @@ def run(stdout: SupportsWrite[str]) -> DemoResult:
         tempfile.TemporaryDirectory(prefix="article-demo-") as tmp,
         override_settings(MEMORY_ROOT=Path(tmp), API_USAGE_FLUSH_SECONDS=0, MEMORY_REVIEW_MODE="auto"),
     ):
+        index.connection()  # the empty store's empty index: the writes below go to it
         try:
             with transaction.atomic():
                 _scenario(result)

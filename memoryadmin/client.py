@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from facts.storage.ids import DEFAULT_AGENT
 from retrieval.limits import clamp_limit
 
 from .memory_protocol import MemoryContext, MemoryRejected, MemoryUnavailable
@@ -124,6 +125,7 @@ class MemoryClient:
             transport=transport,
         )
         self._starting: threading.Thread | None = None
+        self._unknown_agents: set[str] = set()
         if deliver_queued_on_start:
             self._deliver_left_over()
 
@@ -172,12 +174,25 @@ class MemoryClient:
 
     @staticmethod
     def _params(ctx: MemoryContext) -> dict[str, str]:
-        params = {"user_id": ctx.user_id}
-        if ctx.agent_name:
-            params["agent_name"] = ctx.agent_name
+        # The reads require agent_name: an agent without one reads the default bucket,
+        # where its turns went.
+        params = {"user_id": ctx.user_id, "agent_name": ctx.agent_name or DEFAULT_AGENT}
         if ctx.project_id:
             params["project_id"] = ctx.project_id
         return params
+
+    def _read(self, path: str, params: dict[str, str]) -> Any:
+        """A read; None when the API says the agent is unknown: an agent before its first
+        turn has no memory yet (said once per agent in the log, where a typo shows)."""
+        try:
+            return self._call("GET", path, params=params)
+        except MemoryRejected as exc:
+            if "unknown_agent" not in str(exc):
+                raise
+            if params["agent_name"] not in self._unknown_agents:
+                self._unknown_agents.add(params["agent_name"])
+                log.info("memory: %s (answering with no memory)", exc)
+            return None
 
     def record_turn(
         self,
@@ -200,8 +215,10 @@ class MemoryClient:
         return self._call("POST", "/flush" if flush else "/turns", json=body)
 
     def context(self, ctx: MemoryContext, *, mode: str = "auto") -> dict[str, Any]:
-        return self._call("GET", "/context", params={**self._params(ctx), "mode": mode})
+        body = self._read("/context", {**self._params(ctx), "mode": mode})
+        return body if body is not None else {"text": "", "tokens": 0, "included": [], "excluded": []}
 
     def search(self, ctx: MemoryContext, query: str, *, limit: int = 5) -> list[dict[str, Any]]:
         params = {**self._params(ctx), "q": query, "limit": str(clamp_limit(limit))}
-        return self._call("GET", "/search", params=params)["results"]
+        body = self._read("/search", params)
+        return body["results"] if body is not None else []

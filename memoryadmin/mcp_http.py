@@ -125,7 +125,9 @@ def _identity(request: HttpRequest, key: Any) -> Identity:
     user_id = clean_id(USER_HEADER, request.headers.get(USER_HEADER), required=True)
     agent = clean_agent(request.headers.get(AGENT_HEADER))
     project_id = clean_id(PROJECT_HEADER, request.headers.get(PROJECT_HEADER), required=False)
-    return Identity(user_id=str(user_id), agent_name=agent, project_id=project_id, actor=f"key:{key.name}")
+    return Identity(
+        user_id=str(user_id), agent_name=agent, project_id=project_id, actor=f"key:{key.name}", key_id=str(key.pk)
+    )
 
 
 @csrf_exempt

@@ -13,9 +13,11 @@ Django's request cycle would.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -30,6 +32,7 @@ from facts.enums import Category
 from facts.erasure.guard import ErasureInProgress
 from facts.intake.turns import TurnRejected, clean_turn
 from facts.tenancy import ProjectNotAllowed
+from retrieval.indexdb import IndexUnavailable
 
 from . import api_service
 
@@ -50,6 +53,7 @@ class Identity:
     agent_name: str
     project_id: str | None
     actor: str
+    key_id: str = ""  # the API key's (HTTP); stdio has none: one client per process
 
     @property
     def scope(self) -> api_service.Scope:
@@ -151,6 +155,8 @@ def build_server(identify: Identify) -> MCPServer:
             hits = api_service.serve_search(identity.scope, query, limit=limit, door="mcp")
         except ProjectNotAllowed as exc:
             raise ToolError(str(exc)) from None
+        except IndexUnavailable as exc:
+            raise ToolError(exc.message) from None
         finally:
             close_old_connections()
         return SearchResult(results=[SearchHit.model_validate(hit) for hit in hits])
@@ -170,6 +176,8 @@ def build_server(identify: Identify) -> MCPServer:
             body = api_service.serve_context(identity.scope, mode=mode, door="mcp")
         except ProjectNotAllowed as exc:
             raise ToolError(str(exc)) from None
+        except IndexUnavailable as exc:
+            raise ToolError(exc.message) from None
         finally:
             close_old_connections()
         return ContextResult.model_validate(body)
@@ -261,10 +269,16 @@ def _remember(identity: Identity, text: str, created_at: str | None = None) -> R
     except ErasureInProgress as exc:
         raise ToolError(str(exc)) from None
     turn_ids = list(receipt["turn_ids"])
-    outcome = _wait_for(turn_ids, float(settings.MCP_REMEMBER_WAIT_SECONDS))
+    with _waiting_slot(identity.key_id or identity.actor) as allowed:
+        outcome = _wait_for(turn_ids, allowed)
     status = outcome["status"]
     verdicts = [Verdict.model_validate(row) for row in outcome["verdicts"]]
-    if status in ("pending", "processing"):
+    if status in ("pending", "processing") and not allowed:
+        message_text = (
+            "recorded; not waiting for the worker: other memory_remember calls are already waiting "
+            "(see the review queue or memory_list later)"
+        )
+    elif status in ("pending", "processing"):
         message_text = "recorded; the worker has not judged it yet (see the review queue or memory_list later)"
     elif status == "failed":
         message_text = f"recorded; extraction failed and will be retried: {outcome['error']}"
@@ -280,6 +294,37 @@ def _remember(identity: Identity, text: str, created_at: str | None = None) -> R
         verdicts=verdicts,
         message=message_text,
     )
+
+
+# A remember waits for the worker on one of the server's threads. Bounded three ways
+# (issue 34), so that waiting calls can never hold the threads every other request
+# needs: each wait lasts at most MCP_REMEMBER_WAIT_SECONDS, itself capped at
+# `MAX_WAIT_SECONDS`; one key has at most MCP_REMEMBER_WAITS_PER_KEY calls waiting;
+# and all keys together at most half the server's threads. A call past a limit is
+# recorded all the same and answers at once: `pending`, judged later by the worker.
+MAX_WAIT_SECONDS = 5.0
+_waiting: dict[str, int] = {}
+_waiting_lock = threading.Lock()
+
+
+@contextmanager
+def _waiting_slot(key: str) -> Iterator[float]:
+    """Seconds this call may wait for the worker: the bound, or 0 past a limit."""
+    seconds = min(float(settings.MCP_REMEMBER_WAIT_SECONDS), MAX_WAIT_SECONDS)
+    per_key = int(settings.MCP_REMEMBER_WAITS_PER_KEY)
+    in_all = max(1, int(settings.WEB_THREADS) // 2)
+    with _waiting_lock:
+        granted = seconds > 0 and _waiting.get(key, 0) < per_key and sum(_waiting.values()) < in_all
+        if granted:
+            _waiting[key] = _waiting.get(key, 0) + 1
+    try:
+        yield seconds if granted else 0.0
+    finally:
+        if granted:
+            with _waiting_lock:
+                _waiting[key] -= 1
+                if not _waiting[key]:
+                    del _waiting[key]
 
 
 def _wait_for(turn_ids: list[int], seconds: float) -> dict[str, Any]:

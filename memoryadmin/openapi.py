@@ -57,6 +57,23 @@ _ERRORS = {
 }
 
 
+_READ_ERRORS = {
+    "404": _error_response(
+        "No agent of this name is known: it has sent no turn and has no card or settings, and no key is "
+        "limited to it. A new agent becomes known with its first turn (clients read this as no memory yet)",
+        "unknown_agent",
+        "agent_name: no agent 'codr' is known (it has sent no turn and has no memory or settings); check the "
+        "name. A new agent becomes known with its first turn.",
+    ),
+    "503": _error_response(
+        "The search index is missing, corrupt or outdated and is being rebuilt from the files (never an "
+        "empty answer meanwhile): retry after Retry-After seconds, or answer without memory",
+        "index_unavailable",
+        "the search index is missing: it is being rebuilt from the files; retry in a few seconds",
+    ),
+}
+
+
 def _errors(*statuses: str) -> dict[str, Any]:
     return {status: _ERRORS[status] for status in statuses}
 
@@ -101,8 +118,10 @@ _SCOPE_PARAMS = [
     {
         "name": "agent_name",
         "in": "query",
-        "required": False,
-        "description": "Lower-case [a-z0-9-]; missing means the default agent bucket",
+        "required": True,
+        "description": "Lower-case [a-z0-9-]; `__default__` reads the turns sent without an agent_name. "
+        "Required: a forgotten one is a 400, and an agent nothing knows (no turn, card or settings, and "
+        "no key limited to it) a 404 `unknown_agent`, not an empty memory",
         "schema": {"$ref": "#/components/schemas/AgentName"},
     },
     {
@@ -228,6 +247,7 @@ def spec() -> dict[str, Any]:
                             },
                         },
                         **_errors("400", "401", "403", "405", "429"),
+                        **_READ_ERRORS,
                     },
                 }
             },
@@ -272,6 +292,48 @@ def spec() -> dict[str, Any]:
                             },
                         },
                         **_errors("400", "401", "403", "405", "429"),
+                        **_READ_ERRORS,
+                    },
+                }
+            },
+            "/health": {
+                "get": {
+                    "operationId": "health",
+                    "summary": "Whether memory can be served now (for load balancers; no key)",
+                    "security": [],
+                    "responses": {
+                        "200": {
+                            "description": "The database answers and the search index is ready",
+                            "content": {
+                                "application/json": {
+                                    "schema": {"$ref": "#/components/schemas/Health"},
+                                    "example": {
+                                        "status": "ok",
+                                        "database": "ok",
+                                        "index": {"state": "ready", "cards": 1234},
+                                    },
+                                }
+                            },
+                        },
+                        "503": {
+                            "description": "Memory cannot be served: the index is being rebuilt (or the "
+                            "database does not answer)",
+                            "content": {
+                                "application/json": {
+                                    "schema": {"$ref": "#/components/schemas/Health"},
+                                    "example": {
+                                        "status": "unavailable",
+                                        "database": "ok",
+                                        "index": {
+                                            "state": "missing",
+                                            "rebuilding": True,
+                                            "message": "the search index is missing: it is being rebuilt from "
+                                            "the files; retry in a few seconds",
+                                        },
+                                    },
+                                }
+                            },
+                        },
                     },
                 }
             },
@@ -414,6 +476,25 @@ def spec() -> dict[str, Any]:
                             "required": ["code", "message"],
                             "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
                         }
+                    },
+                },
+                "Health": {
+                    "type": "object",
+                    "required": ["status", "database", "index"],
+                    "properties": {
+                        "status": {"type": "string", "enum": ["ok", "unavailable"]},
+                        "database": {"type": "string", "description": "ok, or the error"},
+                        "index": {
+                            "type": "object",
+                            "required": ["state"],
+                            "properties": {
+                                "state": {"type": "string", "enum": ["ready", "missing", "corrupt", "outdated"]},
+                                "cards": {"type": "integer", "minimum": 0},
+                                "rebuilding": {"type": "boolean"},
+                                "message": {"type": "string"},
+                                "last_error": {"type": "string"},
+                            },
+                        },
                     },
                 },
             },

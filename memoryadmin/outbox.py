@@ -7,6 +7,7 @@ queued while the service is down outlive the agent process (`MemoryClient`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -140,7 +141,10 @@ class DurableOutbox:
     def _create(self) -> None:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         # Created 0600 before SQLite opens it; the -wal and -shm files take its mode.
-        os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
+        # O_EXCL: an existing file is never opened here, since closing that descriptor
+        # would drop the SQLite locks of this process's other connections to it.
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600))
         conn = self._connect()
         # Switching a new file to WAL can fail at once with "database is locked" while
         # another process is switching it too (SQLite calls no busy handler there): the

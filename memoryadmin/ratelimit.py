@@ -10,6 +10,8 @@ database's single writer lock.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -68,12 +70,28 @@ def _file_path() -> Path:
     return Path(settings.MEMORY_ROOT) / ".api" / "ratelimit.sqlite3"
 
 
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
 def _file() -> sqlite3.Connection:
+    """This thread's connection to the counters' file, opened again when the file was
+    replaced or deleted under it (checked at every use, one stat): counting on in an
+    unlinked file would let every process keep a limit of its own."""
     path = _file_path()
-    cache: dict[str, sqlite3.Connection] = getattr(_local, "connections", None) or {}
+    cache: dict[str, tuple[tuple[int, int] | None, sqlite3.Connection]] = getattr(_local, "connections", None) or {}
     _local.connections = cache
-    conn = cache.get(str(path))
-    if conn is None:
+    held = cache.get(str(path))
+    ident = _file_id(path)
+    if held is not None and (ident is None or held[0] != ident):
+        with contextlib.suppress(sqlite3.Error):
+            held[1].close()
+        held = None
+    if held is None:
         create_private_file(path)  # its -wal and -shm take its mode: counters stay private
         conn = sqlite3.connect(path, timeout=5, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
@@ -84,8 +102,9 @@ def _file() -> sqlite3.Connection:
                 f"CREATE TABLE IF NOT EXISTS {kind} (key TEXT NOT NULL, window INTEGER NOT NULL,"
                 " n INTEGER NOT NULL, PRIMARY KEY (key, window)) WITHOUT ROWID"
             )
-        cache[str(path)] = conn
-    return conn
+        held = (_file_id(path), conn)
+        cache[str(path)] = held
+    return held[1]
 
 
 def _count_file(kind: str, name: str, window: int) -> int:

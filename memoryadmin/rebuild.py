@@ -16,6 +16,9 @@ from facts.storage.store import get_store
 from retrieval import derived, index
 
 Progress = Callable[[int, int], None]
+# Told each step of a rebuild as it starts: "files" (reading them), "mirror", "embedding"
+# (the cards whose vector the cache lacks; `progress` counts them), "index", "catch-up".
+Phase = Callable[[str], None]
 
 
 @dataclass
@@ -72,10 +75,14 @@ def _compare(snap: FileSnapshot) -> CheckReport:
     return report
 
 
-def check(*, progress: Progress | None = None) -> CheckReport:
+def check(*, progress: Progress | None = None, verify: bool = True) -> CheckReport:
+    """Files vs mirror, index, vectors and the derived-data cache. `verify`: parse and
+    tokenize every card again and compare what the cache holds (``reindex --check``);
+    without it the check trusts the cache as a rebuild does (right after a rebuild
+    wrote it: tokenizing every card again doubled the dashboard's rebuild)."""
     store = get_store()
     # The scan tokenizes every card afresh and compares the cached terms with the result.
-    with derived.mode("verify"):
+    with derived.mode("verify" if verify else "use"):
         snap = mirror.snapshot(store, progress=progress)
         report = _compare(snap)
         if not report.in_step:
@@ -87,24 +94,43 @@ def check(*, progress: Progress | None = None) -> CheckReport:
     return report
 
 
-def rebuild(*, progress: Progress | None = None, actor: str = "reindex", no_cache: bool = False) -> RebuildResult:
+def rebuild(
+    *, progress: Progress | None = None, actor: str = "reindex", no_cache: bool = False, phase: Phase | None = None
+) -> RebuildResult:
     with mirror.gc_paused():
-        return _rebuild(progress=progress, actor=actor, no_cache=no_cache)
+        return _rebuild(progress=progress, actor=actor, no_cache=no_cache, phase=phase or (lambda _name: None))
 
 
-def _rebuild(*, progress: Progress | None, actor: str, no_cache: bool) -> RebuildResult:
+def _rebuild(*, progress: Progress | None, actor: str, no_cache: bool, phase: Phase) -> RebuildResult:
     store = get_store()
+    phase("files")
     # `no_cache`: every card is tokenized and embedded again, and the cache rewritten.
     with derived.mode("bypass" if no_cache else "use"):
         snap = mirror.snapshot(store, progress=progress)
     # Hand edits are committed again below (a revision each): with the scan's terms.
     index.remember_scanned(snap)
-    # `no_cache` also rewrites every mirror row, not only those whose file changed.
-    stats = mirror.rebuild_mirror(snap, actor=actor, full=no_cache)
+    # The vectors the cache lacks (every card's, the first time: minutes of CPU) are
+    # embedded on every core while this process writes the mirror.
+    ahead = index.embed_ahead(snap, no_cache=no_cache)
+    try:
+        phase("mirror")
+        # `no_cache` also rewrites every mirror row, not only those whose file changed.
+        stats = mirror.rebuild_mirror(snap, actor=actor, full=no_cache)
+        if ahead is not None:
+            phase("embedding")
+            ahead.wait(progress)
+    except BaseException:
+        if ahead is not None:
+            ahead.cancel()
+        raise
     result = RebuildResult(cards=stats.cards, profiles=stats.profiles, unreadable=stats.unreadable)
     result.extra["changed"] = stats.changed
     result.extra["removed"] = stats.removed
-    result.extra.update(index.rebuild_from_snapshot(snap, progress=None, no_cache=no_cache))
+    if ahead is not None:
+        result.extra["embedded"] = ahead.total
+    phase("index")
+    result.extra.update(index.rebuild_from_snapshot(snap, progress=None, no_cache=no_cache, ahead=ahead))
     # Commits made while the rebuild ran would otherwise be undone in mirror and index.
+    phase("catch-up")
     result.extra["caught_up"] = mirror.catch_up(store, snap)
     return result

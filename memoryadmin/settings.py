@@ -108,6 +108,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     # The styled 404 with DEBUG on too (after CommonMiddleware: its slash redirect first).
     "dashboard.views.errors.StyledNotFound",
+    # A page reading the search index while it is rebuilt: 503 and why (issue 34).
+    "dashboard.views.errors.IndexUnavailablePage",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # After authentication: a signed-in curator's pages say Cache-Control: no-store.
@@ -270,6 +272,11 @@ MEMORY_MAX_CANDIDATES_PER_RUN = env_int("MEMORY_MAX_CANDIDATES_PER_RUN", 100)
 MEMORY_DEBOUNCE_SECONDS = env_float("MEMORY_DEBOUNCE_SECONDS", 30.0)
 # How long a process waits for another one's per-user lock before giving up.
 MEMORY_LOCK_TIMEOUT = env_float("MEMORY_LOCK_TIMEOUT", 30.0)
+# The largest card file (bytes) written, read, imported or indexed (issue 34; facts/storage/fileread.py);
+# a profile may be 16 times that. And how long one memory file's read may take before a
+# scan, check or rebuild reports it ("did not answer") and goes on.
+MEMORY_MAX_CARD_BYTES = env_int("MEMORY_MAX_CARD_BYTES", 65536)
+MEMORY_FILE_READ_TIMEOUT = env_float("MEMORY_FILE_READ_TIMEOUT", 10.0)
 # Tenants (facts/tenancy.py, docs/api.md "Tenants and projects"): the part of a user id
 # before this separator names its tenant, and a user reads and writes only the projects
 # of its own tenant and the shared ones. Empty: no tenants (every user, every project).
@@ -330,12 +337,18 @@ MEMORY_INJECTION_LOG_DAYS = env_int("MEMORY_INJECTION_LOG_DAYS", 30)
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES * 2
 # MCP (memoryadmin/mcp_server.py): how long memory_remember waits for the worker's
 # verdicts before answering "pending".
-MCP_REMEMBER_WAIT_SECONDS = env_float("MCP_REMEMBER_WAIT_SECONDS", 5.0)
+MCP_REMEMBER_WAIT_SECONDS = env_float("MCP_REMEMBER_WAIT_SECONDS", 2.0)
+# How many memory_remember calls of one API key may wait for the worker at once (per
+# server process); more answer `pending` at once (issue 34; memoryadmin/mcp_server.py).
+MCP_REMEMBER_WAITS_PER_KEY = env_int("MCP_REMEMBER_WAITS_PER_KEY", 2)
 
 # The web server `manage.py serve` (and so `make run`) starts: waitress, see docs/operations.md
 # "Web server". Idle and half-sent connections cost a socket, not a thread.
 WEB_THREADS = env_int("WEB_THREADS", 8)
 WEB_CONNECTION_LIMIT = env_int("WEB_CONNECTION_LIMIT", 1000)
+# Open connections one client address may hold (0: no limit); off behind WEB_TRUSTED_PROXY,
+# where every connection is the proxy's and the proxy limits each client (issue 34).
+WEB_CONNECTIONS_PER_ADDRESS = env_int("WEB_CONNECTIONS_PER_ADDRESS", 250)
 # seconds a connection may stay silent (also between a slow client's bytes) before it is closed
 WEB_CHANNEL_TIMEOUT = env_int("WEB_CHANNEL_TIMEOUT", 60)
 WEB_MAX_REQUEST_BODY_BYTES = env_int("WEB_MAX_REQUEST_BODY_BYTES", API_MAX_BODY_BYTES * 4)
@@ -355,6 +368,9 @@ PASSWORD_RESET_TIMEOUT = env_int("PASSWORD_RESET_TIMEOUT", 3 * 24 * 3600)
 # files, MEMORY_ROOT/.retrieval. With several machines on a shared file root it must be a
 # machine-local directory (SQLite on a network filesystem is unsafe); `doctor` checks it.
 MEMORY_INDEX_DIR = env_str("MEMORY_INDEX_DIR", "")
+# A missing, corrupt or outdated index is rebuilt from the files in the background (issue
+# 34); a read waits for it at most this long, then answers 503 (never an empty result).
+MEMORY_INDEX_WAIT_SECONDS = env_float("MEMORY_INDEX_WAIT_SECONDS", 2.0)
 _ON_POSTGRES = DATABASES["default"]["ENGINE"].endswith("postgresql")
 # Every card write appends to an ordered change log in the database, which each machine's
 # worker follows to keep its local index in step (retrieval/follow.py).
@@ -369,3 +385,8 @@ MEMORY_INDEX_FOLLOW_INTERVAL = env_float("MEMORY_INDEX_FOLLOW_INTERVAL", 0.2)
 MEMORY_EMBEDDINGS = env_bool("MEMORY_EMBEDDINGS", True)
 # BLAS threads of the embedding model: 1–2. More collapses on a 2-core machine.
 MEMORY_EMBEDDING_THREADS = env_int("MEMORY_EMBEDDING_THREADS", 1)
+# How much a fact's age orders search results (issue 36; retrieval/search.py): relevance ×
+# (1 − w × (1 − decay)), decay the article's exp(-0.01 × (days − 30)) after 30 days. 1 is
+# the article's formula (old facts sink whatever their relevance), 0 ignores age. The
+# default keeps an old fact that answers the question first (docs/read-path.md).
+MEMORY_SEARCH_DECAY_WEIGHT = env_float("MEMORY_SEARCH_DECAY_WEIGHT", 0.1)

@@ -164,9 +164,46 @@ def lookup(text: str) -> Terms:
     return made._replace(fresh=cached is None, corrupt=cached is not None and tuple(cached) != made[1:3])
 
 
+# Hashes per `IN (…)` query of `lookup_many`.
+_BATCH = 500
+
+
+def lookup_many(texts: list[str]) -> list[Terms]:
+    """`lookup` of many texts, the cache read `_BATCH` hashes a query (a query a text
+    cost ~45 µs of a ~70 µs card when a rebuild got cards without their terms)."""
+    if _mode == "bypass":
+        return [compute(text) for text in texts]
+    hashes = [terms_hash(text) for text in texts]
+    cached: dict[str, tuple[str, int]] = {}
+    conn = read_connection()
+    if conn is not None:
+        wanted = list(dict.fromkeys(hashes))
+        try:
+            for start in range(0, len(wanted), _BATCH):
+                chunk = wanted[start : start + _BATCH]
+                sql = f"SELECT hash, terms, ntok FROM terms WHERE hash IN ({', '.join('?' * len(chunk))})"
+                cached.update((h, (t, n)) for h, t, n in conn.execute(sql, chunk))
+        except sqlite3.Error:
+            cached = {}
+    out = []
+    for text, thash in zip(texts, hashes, strict=True):
+        hit = cached.get(thash)
+        if _mode == "use":
+            if hit is not None:
+                out.append(Terms(thash, hit[0], hit[1], fresh=False))
+            else:
+                out.append(Terms(thash, document_terms(text), fact_tail_tokens(text)))
+            continue
+        made = Terms(thash, document_terms(text), fact_tail_tokens(text))
+        out.append(made._replace(fresh=hit is None, corrupt=hit is not None and hit != made[1:3]))
+    return out
+
+
 def store(conn: sqlite3.Connection, entries: Iterable[tuple[str, str, int]]) -> None:
-    """Inside an index write transaction: remember ``(hash, terms, ntok)`` entries."""
-    conn.executemany("INSERT OR REPLACE INTO vc.terms (hash, terms, ntok) VALUES (?, ?, ?)", entries)
+    """Inside an index write transaction: remember ``(hash, terms, ntok)`` entries. In
+    key order: into a fresh table that is appending pages instead of splitting them at
+    random (the hashes are random)."""
+    conn.executemany("INSERT OR REPLACE INTO vc.terms (hash, terms, ntok) VALUES (?, ?, ?)", sorted(entries))
 
 
 def forget_unused(conn: sqlite3.Connection, hashes: Iterable[str | None]) -> None:

@@ -40,7 +40,7 @@ from django.db import close_old_connections, connections
 from django.db.models import Q
 from django.utils import timezone
 
-from facts.erasure.scrub import scrub_sqlite, sqlite_files
+from facts.erasure.scrub import scrub_sqlite, sqlite_files, sweep_generations
 from facts.mirror import snapshot
 from facts.models import CardChange, Erasure, FactCard
 from facts.storage.errors import StoreError
@@ -154,6 +154,7 @@ class Follower:
             apply_cards(erased)
         folder = index.index_path().parent
         index.reset()  # the scrub's VACUUM wants no connection of ours open
+        sweep_generations(folder)
         for path in sqlite_files(folder):
             scrub_sqlite(path)
         self.erasures_seen = done[-1][0]
@@ -222,7 +223,7 @@ class FollowThread(threading.Thread):
                     close_old_connections()
                     if follower is None:
                         follower = Follower.resume()
-                        index.connection()  # builds a missing index from the files
+                        index.connection()  # a missing index is rebuilt from the files
                     follower.poll()
                 except Exception:
                     log.warning("following the change log failed; retrying", exc_info=True)

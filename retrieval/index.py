@@ -24,21 +24,26 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import multiprocessing
+import os
 import sqlite3
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from itertools import chain
+from pathlib import Path
 from typing import NamedTuple
 
 from facts.enums import CardStatus
-from facts.mirror import Drift, FileSnapshot, Scanned, gc_paused
+from facts.mirror import Drift, FileSnapshot, Scanned, gc_paused, refresh, snapshot
+from facts.storage import sqlitegen
 from facts.storage.atomic import make_private_dirs
 from facts.storage.cardfile import Card
 from facts.storage.ids import normalize_agent
+from facts.storage.store import Store
 
-from . import derived, scancache, vectors
+from . import derived, scancache, tokens, vectors
 from .indexdb import (  # noqa: F401 - re-exported: callers use `index.connection()` etc.
     CARD_INDEXES,
     INDEX_DIR,
@@ -46,19 +51,25 @@ from .indexdb import (  # noqa: F401 - re-exported: callers use `index.connectio
     QUEUE_CORRECTIONS,
     QUEUE_OTHERS,
     SCHEMA_VERSION,
+    SETTLE_S,
     IndexUnavailable,
+    _bad,
+    _cannot_open,
     _close_handle,
     _connect,
     _create_schema,
+    _discard,
     _rebuild_lock,
-    _remove_files,
     _retrying,
     _schema_ok,
     after_write,
     connection,
     index_path,
     is_corruption,
+    request_rebuild,
     reset,
+    status,
+    wait_for_rebuilds,
 )
 from .tokenize import load_dictionary
 
@@ -127,15 +138,12 @@ def _iso(card: Card) -> str:
 
 def signature(card: Card) -> str:
     """Digest of everything the index holds for a card (what `drift` compares)."""
-    parts = (
-        str(SCHEMA_VERSION),
-        card_bucket(card),
-        card.category.value,
-        repr(card.confidence),
-        _iso(card),
-        card.expires_at.isoformat() if card.expires_at else "",
-        card.content,
-    )
+    expires = card.expires_at.isoformat() if card.expires_at else ""
+    return _signature(card_bucket(card), card.category.value, card.confidence, _iso(card), expires, card.content)
+
+
+def _signature(bucket: str, category: str, confidence: float, created: str, expires: str, content: str) -> str:
+    parts = (str(SCHEMA_VERSION), bucket, category, repr(confidence), created, expires, content)
     return hashlib.sha1("\x1e".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -178,7 +186,11 @@ def row_for(card: Card, terms: derived.Terms | None = None) -> tuple:
     if terms is None:
         terms = _terms(card.content)
     text = terms.terms
+    # Each part made once: the signature repeats the bucket and the dates.
     bucket = card_bucket(card)
+    category = card.category.value
+    created = _iso(card)
+    expires = card.expires_at
     return (
         card.id,
         scope_term(bucket),
@@ -186,19 +198,19 @@ def row_for(card: Card, terms: derived.Terms | None = None) -> tuple:
         card.user_id,
         card.agent_name if card.user_id is not None else None,
         card.project_id if card.user_id is None else None,
-        card.category.value,
+        category,
         card.confidence,
-        _iso(card),
+        created,
         card.created_at.timestamp(),
-        card.expires_at.timestamp() if card.expires_at else None,
+        expires.timestamp() if expires else None,
         card.content,
         text,
         len(text.split()),
-        signature(card),
+        _signature(bucket, category, card.confidence, created, expires.isoformat() if expires else "", card.content),
         vectors.content_hash(card.content) if vectors.enabled() else None,
         terms.hash,
         terms.ntok,
-        QUEUE_CORRECTIONS if card.category.value == "correction" else QUEUE_OTHERS,
+        QUEUE_CORRECTIONS if category == "correction" else QUEUE_OTHERS,
     )
 
 
@@ -253,6 +265,56 @@ def scanned_row(item: Scanned) -> ScanRow | None:
 
 SCAN_EXTRA = "index"
 
+# From this many cards without their rows (a snapshot of cards already in memory), the
+# rows are made on every core.
+PARALLEL_ROWS = 4000
+_ROWS_CHUNK = 2000
+_pending: list[Card] = []  # the cards `_rows_of` works on, inherited by the forked workers
+
+
+def _scan_rows(cards: Sequence[Card]) -> list[ScanRow | None]:
+    """`scan_row` of many cards, their cached terms read in batches."""
+    live = [card for card in cards if indexed(card)]
+    made = iter(
+        [ScanRow(t, row_for(c, t)) for c, t in zip(live, derived.lookup_many([c.content for c in live]), strict=True)]
+    )
+    return [next(made) if indexed(card) else None for card in cards]
+
+
+def _rows_of(span: tuple[int, int]) -> list[ScanRow | None]:
+    """In a worker: the rows of `_pending[start:end]`."""
+    return _scan_rows(_pending[span[0] : span[1]])
+
+
+def scanned_rows(snap: FileSnapshot) -> list[ScanRow]:
+    """The `ScanRow` of every card of `snap` the index holds. A snapshot read by the
+    scanning processes has them all; the cards of one made in memory (records) get
+    theirs here, on every core when there are many, each card's cached terms read in
+    batches rather than one query a card."""
+    items = list(snap.cards.values())
+    todo = [item for item in items if SCAN_EXTRA not in item.extra]
+    if todo:
+        global _pending
+        cards = [item.card for item in todo]
+        workers = min(os.cpu_count() or 1, 4)
+        if len(cards) >= PARALLEL_ROWS and workers > 1:
+            derived.close_reader()  # each worker opens its own
+            # Loaded once here, shared by the workers (each would load its own).
+            load_dictionary()
+            tokens.encoding()
+            _pending = cards  # type: ignore[assignment]
+            spans = [(i, min(i + _ROWS_CHUNK, len(cards))) for i in range(0, len(cards), _ROWS_CHUNK)]
+            try:
+                with multiprocessing.get_context("fork").Pool(workers) as pool:
+                    rows = list(chain.from_iterable(pool.imap(_rows_of, spans)))
+            finally:
+                _pending = []
+        else:
+            rows = _scan_rows(cards)  # type: ignore[arg-type]
+        for item, row in zip(todo, rows, strict=True):
+            item.extra[SCAN_EXTRA] = row
+    return [item.extra[SCAN_EXTRA] for item in items if item.extra[SCAN_EXTRA] is not None]
+
 
 # --- writes -------------------------------------------------------------------------
 
@@ -264,7 +326,7 @@ def _fill(
     transaction (readers see the old index until it commits). Vectors missing from the
     cache are embedded first, outside that transaction: a cold rebuild of 100k cards
     embeds for minutes, and writers must not wait on it."""
-    items = [scanned for scanned in map(scanned_row, snap.cards.values()) if scanned is not None]
+    items = scanned_rows(snap)
     total = len(items)
     have: set[str] = set()
     if vectors.enabled():
@@ -430,7 +492,8 @@ def update(written: Sequence[Card], deleted: Sequence[Card]) -> None:
     puts = [row_for(card) for card in written if indexed(card)]
     removals = [card.id for card in written if not indexed(card)] + [card.id for card in deleted]
     if puts or removals:
-        _retrying(lambda conn: _apply(conn, puts, removals))
+        # A write never waits for a rebuild: the rebuild's catch-up reads these files.
+        _retrying(lambda conn: _apply(conn, puts, removals), writing=True)
         after_write(index_path())
 
 
@@ -448,6 +511,10 @@ def on_cards_changed(written: Sequence[Card], deleted: Sequence[Card]) -> None:
     ``reindex --check`` shows the card as drift until the next rebuild."""
     try:
         update(written, deleted)
+    except IndexUnavailable as exc:
+        # Committed under the commit gate, so the rebuild's catch-up (which holds it
+        # exclusively) reads these files: nothing is lost.
+        log.info("search index not written for %d cards (%s)", len(written) + len(deleted), exc.message)
     except Exception:
         log.exception("search index update failed for %d cards; run `manage.py reindex`", len(written) + len(deleted))
 
@@ -455,44 +522,138 @@ def on_cards_changed(written: Sequence[Card], deleted: Sequence[Card]) -> None:
 # --- rebuild and drift ------------------------------------------------------------------
 
 
+def embed_ahead(snap: FileSnapshot, *, no_cache: bool = False) -> vectors.Embedding | None:
+    """Start embedding the cards of `snap` whose vector the cache lacks (all of them
+    with `no_cache`) on every core, while the caller does other work (the mirror);
+    `rebuild_from_snapshot(..., ahead=)` waits for it. None when there is little to
+    embed: the rebuild does that itself."""
+    if not vectors.enabled():
+        return None
+    texts = {s.row[_VHASH]: s.row[_CONTENT] for s in scanned_rows(snap)}
+    path = index_path()
+    make_private_dirs(path.parent)
+    return vectors.embed_in_background(texts, path.parent, no_cache=no_cache)
+
+
 def rebuild_from_snapshot(
-    snap: FileSnapshot, *, progress: Progress | None = None, no_cache: bool = False
+    snap: FileSnapshot,
+    *,
+    progress: Progress | None = None,
+    no_cache: bool = False,
+    ahead: vectors.Embedding | None = None,
+    embedding_progress: Progress | None = None,
 ) -> dict[str, object]:
     """Make the index equal to the files of `snap` (``manage.py reindex``); with
-    `no_cache`, every vector is embedded again instead of taken from the cache."""
+    `no_cache`, every vector is embedded again instead of taken from the cache. The
+    vectors the cache lacks are embedded on every core first (`embed_ahead`, or `ahead`
+    when the caller started it), with `embedding_progress`.
+
+    A usable index is refilled in place, in one transaction (readers see the old rows
+    until it commits); a missing, corrupt or outdated one is replaced by a new
+    generation, published when full. The caller catches up with the commits made since
+    `snap` was taken (`facts.mirror.catch_up`)."""
     started = time.monotonic()
+    if ahead is None:
+        ahead = embed_ahead(snap, no_cache=no_cache)
+    if ahead is not None:
+        ahead.wait(embedding_progress)
+        no_cache = False  # every vector was just made: the fill finds them
     path = index_path()
     make_private_dirs(path.parent)
     _close_handle()
     derived.close_reader()
     with _rebuild_lock(path), gc_paused():
-        conn: sqlite3.Connection | None = None
-        try:
-            conn = _connect(path)
-            if not _schema_ok(conn):
-                raise sqlite3.DatabaseError("no such table: outdated schema")
-        except sqlite3.DatabaseError as exc:
-            if conn is not None:
-                conn.close()
-            if not is_corruption(exc) and "outdated" not in str(exc):
-                raise
-            _remove_files(path)
-            conn = _connect(path)
+        conn = _open_usable(path)
+        fresh: Path | None = None
+        if conn is None:
+            fresh = sqlitegen.fresh(path)
+            conn = _connect(fresh, create=True)
             _create_schema(conn)
         try:
             count = _fill(conn, snap, progress, no_cache=no_cache)
-        finally:
+        except BaseException:
             conn.close()
+            if fresh is not None:
+                _discard(fresh)
+            raise
+        conn.close()
+        if fresh is not None:
+            sqlitegen.publish(path, fresh)
+        sqlitegen.sweep(path, settled_s=SETTLE_S)
     return {"indexed": count, "index_seconds": round(time.monotonic() - started, 3)}
+
+
+def _open_usable(path: Path) -> sqlite3.Connection | None:
+    """A connection to the current generation when it can be refilled in place."""
+    current = sqlitegen.target(path)
+    if current is None or sqlitegen.identity(current) in _bad:
+        return None
+    conn: sqlite3.Connection | None = None
+    try:
+        conn = _connect(current)
+        if _schema_ok(conn):
+            return conn
+    except sqlite3.DatabaseError as exc:
+        if not (is_corruption(exc) or _cannot_open(exc)):
+            if conn is not None:
+                conn.close()
+            raise
+    if conn is not None:
+        conn.close()
+    return None
+
+
+def build_generation(path: Path, store: Store) -> int:
+    """A new generation of the index at `path` from the files, published once it holds
+    every commit (the background rebuild of a missing, corrupt or outdated index, run
+    with ``rebuild.lock`` held). The scan runs in this process (no fork: the caller may
+    be a threaded web server). Commits made meanwhile are read again under the commit
+    gate, held exclusively, and the link moves under it too: every commit either
+    reached the files before that catch-up or writes to the new generation."""
+    fresh = sqlitegen.fresh(path)
+    conn = _connect(fresh, create=True)
+    try:
+        _create_schema(conn)
+        snap = snapshot(store, workers=1)
+        count = _fill(conn, snap)
+        # `refresh` updates the snapshot it is given: a copy, the caller's stays as read.
+        later = FileSnapshot(dict(snap.cards), dict(snap.profiles), list(snap.unreadable), snap.started_ns)
+        with store.commit_gate(exclusive=True):
+            changed, gone = refresh(store, later)
+            puts = [row_for(card) for card in changed if indexed(card)]
+            removals = [card.id for card in changed if not indexed(card)] + [card.id for card in gone]
+            if puts or removals:
+                _apply(conn, puts, removals)
+            sqlitegen.publish(path, fresh)
+    except BaseException:
+        conn.close()
+        _discard(fresh)
+        raise
+    conn.close()
+    sqlitegen.sweep(path, settled_s=SETTLE_S)
+    return count
+
+
+def _open_current() -> sqlite3.Connection | None:
+    """A connection to the current generation for a check (None when there is none): a
+    check never builds a missing index."""
+    current = sqlitegen.target(index_path())
+    if current is None:
+        return None
+    try:
+        return _connect(current)
+    except sqlite3.DatabaseError as exc:
+        if is_corruption(exc) or _cannot_open(exc):
+            return None
+        raise
 
 
 def indexed_signatures() -> dict[str, str] | None:
     """id → signature of every row, or None when there is no usable index file."""
-    path = index_path()
-    if not path.exists():
-        return None
     try:
-        conn = _connect(path)
+        conn = _open_current()
+        if conn is None:
+            return None
         try:
             if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
                 return {}
@@ -537,11 +698,10 @@ def vector_drift(snap: FileSnapshot) -> Drift | None:
     result = Drift()
     # A row's vhash is its text's content hash whenever embeddings are on (`row_for`).
     expected = {fid: scanned.row[_VHASH] for fid, scanned in _live_rows(snap).items()}
-    path = index_path()
     actual: dict[str, tuple[str | None, int]] = {}
-    if path.exists():
-        try:
-            conn = _connect(path)
+    try:
+        conn = _open_current()
+        if conn is not None:
             try:
                 if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
                     sql = (
@@ -551,9 +711,9 @@ def vector_drift(snap: FileSnapshot) -> Drift | None:
                     actual = {fid: (vhash, present) for fid, vhash, present in conn.execute(sql)}
             finally:
                 conn.close()
-        except sqlite3.DatabaseError as exc:
-            if not is_corruption(exc):
-                raise
+    except sqlite3.DatabaseError as exc:
+        if not is_corruption(exc):
+            raise
     for fact_id, wanted in expected.items():
         vhash, present = actual.get(fact_id, (None, 0))
         if vhash is not None and vhash != wanted:
@@ -576,9 +736,8 @@ def cache_drift(snap: FileSnapshot) -> Drift:
     for fact_id, scanned in live.items():
         if scanned.terms.corrupt:
             result.changed.append(fact_id)
-    path = index_path()
-    if path.exists():  # a check never builds a missing index
-        conn = _connect(path)
+    conn = _open_current()  # a check never builds a missing index
+    if conn is not None:
         try:
             result.changed.extend(scancache.drift(conn, snap))
             if vectors.enabled():
@@ -602,5 +761,7 @@ from .reads import (  # noqa: E402, F401
     card_fields,
     contents,
     count,
+    lexical,
     vector_ranking,
+    vector_scores,
 )

@@ -49,6 +49,9 @@ class IndexRebuild(models.Model):
 
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     requested_by = models.CharField(max_length=150, blank=True, default="")
+    # The step under way (`memoryadmin.rebuild.Phase`: files, mirror, embedding, index,
+    # catch-up); `done` of `total` counts the files read, then the cards embedded.
+    phase = models.CharField(max_length=16, blank=True, default="")
     done = models.PositiveIntegerField(default=0)
     total = models.PositiveIntegerField(default=0)
     cards = models.PositiveIntegerField(default=0)

@@ -9,6 +9,8 @@ import math
 import sqlite3
 from collections.abc import Sequence
 
+import numpy as np
+
 from . import vectors
 from .indexdb import QUEUE_CORRECTIONS, QUEUE_OTHERS, _retrying
 from .tokenize import quote
@@ -48,8 +50,16 @@ def candidates(terms: Sequence[str], buckets: Sequence[str], *, limit: int, now_
     """The `limit` best BM25 matches of `terms` inside `buckets`, best first: rows of
     (id, content, category, confidence, created_at, bm25). bm25 is FTS5's formula
     (k1 = 1.2, b = 0.75, lower is better), computed from the index's own statistics."""
+    return lexical(terms, buckets, limit=limit, now_ts=now_ts)[0]
+
+
+def lexical(terms: Sequence[str], buckets: Sequence[str], *, limit: int, now_ts: float) -> tuple[list[tuple], float]:
+    """`candidates`, and the query's weight: the sum of its terms' idf, which is about
+    the bm25 of a card of average length holding each term once (search divides by it,
+    so that a card matching all of a query's rare words scores near 1 whatever the
+    query)."""
     if not terms or not buckets:
-        return []
+        return [], 0.0
     query = _match(terms, buckets)
     allowed = set(buckets)
     marks = ", ".join("?" * len(terms))
@@ -66,7 +76,7 @@ def candidates(terms: Sequence[str], buckets: Sequence[str], *, limit: int, now_
     assert isinstance(result, tuple)
     rows, freq, totals = result
     if not rows:
-        return []
+        return [], 0.0
     docs = max(int(totals.get("docs", 0)), 1)
     avgdl = max(int(totals.get("tokens", 0)), 1) / docs
     weights = {t: _idf(docs, freq.get(t, 0)) for t in terms}
@@ -85,7 +95,7 @@ def candidates(terms: Sequence[str], buckets: Sequence[str], *, limit: int, now_
                 total += idf * tf * (BM25_K1 + 1) / (tf + norm)
         scored.append((fact_id, content, category, confidence, created_at, -total))
     scored.sort(key=lambda row: (row[5], row[0]))
-    return scored[:limit]
+    return scored[:limit], sum(weights.values())
 
 
 def bucket_queues(buckets: Sequence[str], now_ts: float) -> tuple[list[str], list[str], list[str]]:
@@ -157,6 +167,17 @@ def card_fields(ids: Sequence[str]) -> dict[str, tuple[str, str, float, str]]:
     rows = _retrying(lambda conn: conn.execute(sql, tuple(ids)).fetchall())
     assert isinstance(rows, list)
     return {row[0]: tuple(row[1:]) for row in rows}
+
+
+def vector_scores(query: str, buckets: Sequence[str], *, now_ts: float) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The live cards of `buckets` that have a vector: their ids, cosine similarities to
+    `query` and how much each card is itself a question (`vectors.scores`)."""
+    if not buckets:
+        return [], np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.float32)
+    vectors.query_vector(query)  # embed before touching the index: a retry must not embed twice
+    result = _retrying(lambda conn: vectors.scores(conn, query, buckets, now_ts=now_ts))
+    assert isinstance(result, tuple)
+    return result
 
 
 def vector_ranking(query: str, buckets: Sequence[str], *, now_ts: float) -> list[tuple[str, float]]:

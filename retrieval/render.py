@@ -240,14 +240,12 @@ def render_context(
     top_n: int | None = None,
     now: datetime | None = None,
 ) -> Rendered:
-    """The memory block for one user × agent (× project). Never raises into an agent's
-    call: on an unexpected failure it logs and returns an empty block."""
-    try:
-        limits = limits_for(agent_name, budget=budget, correction_budget=correction_budget, top_n=top_n)
-        return _render(user_id, agent_name, project_id, mode, limits, now or datetime.now(UTC))
-    except Exception:
-        log.exception("rendering the memory context of %r / %r failed", user_id, agent_name)
-        return Rendered(text="", tokens=0, mode=mode)
+    """The memory block for one user × agent (× project). A failure is raised, never
+    answered as an empty block (issue 34: a broken index read as "no memory", 200):
+    `retrieval.indexdb.IndexUnavailable` while the index is rebuilt (the API's 503),
+    anything else as the error it is. Agents' middleware answers without memory then."""
+    limits = limits_for(agent_name, budget=budget, correction_budget=correction_budget, top_n=top_n)
+    return _render(user_id, agent_name, project_id, mode, limits, now or datetime.now(UTC))
 
 
 def _render(

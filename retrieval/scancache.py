@@ -91,7 +91,8 @@ def store(conn: sqlite3.Connection, snap: FileSnapshot) -> None:
     """Inside a full rebuild's transaction: remember what was parsed, forget what no
     file has."""
     items = _by_key(snap)
-    fresh = [(key, item.fact_id, marshal.dumps(_value(item))) for key, item in items.items() if not item.cached]
+    # In key order: a fresh table then appends pages instead of splitting them at random.
+    fresh = sorted((key, item.fact_id, marshal.dumps(_value(item))) for key, item in items.items() if not item.cached)
     conn.executemany("INSERT OR REPLACE INTO vc.scans (key, fact_id, entry) VALUES (?, ?, ?)", fresh)
     keys = items.keys()
     if fresh or conn.execute("SELECT count(*) FROM vc.scans").fetchone()[0] != len(keys):

@@ -1,22 +1,31 @@
-"""Ranked search over the index (docs/design.md §8).
+"""Ranked search over the index (docs/design.md §8; issue 36).
 
-BM25 picks ``2 × limit`` candidates inside the caller's scope, then
+A query is first reduced to what it asks about (`query.core`: "When did I mention the
+museum?" → "the museum"), then every candidate card gets a relevance from two kinds of
+evidence, each on a scale that does not depend on the query or the limit:
 
-    score = -bm25 × decay + 0.2 × confidence,
-    decay = 1 for ages under 30 days, else exp(-0.01 × (age_days - 30)).
+    lexical  = bm25 / Σ idf(query terms)       about 1 for a card holding every term once
+    vector   = cosine − QUESTION_PENALTY × max(0, the card's question-ness)
+    relevance = LEXICAL_WEIGHT × lexical + VECTOR_WEIGHT × vector
 
-SQLite's ``bm25()`` is lower-is-better, hence the minus sign. The user, agent and
+so a card that matches the query's rare words outranks one matching only its common
+ones, whatever the vectors say, and where the words do not meet (another language, a
+paraphrase) the vectors decide. The candidates are every lexical match (up to
+`LEXICAL_DEPTH`) and the `VECTOR_DEPTH` best vector scores: fixed depths, so the top k of
+a longer answer is the answer at k. A card found by its vector alone needs a vector
+score of `VECTOR_FLOOR` (a query about nothing the user said finds nothing, or only
+what matches its words). Then
+
+    score = relevance × (1 − DECAY_WEIGHT × (1 − decay)) + CONFIDENCE_WEIGHT × confidence,
+    decay = 1 for ages under 30 days, else exp(-0.01 × (age_days - 30))
+
+— the article's decay as an order among comparably relevant facts, not a filter
+(``MEMORY_SEARCH_DECAY_WEIGHT=1`` is the article's formula itself). Ties go to the
+stronger relevance, then to the id. With ``MEMORY_EMBEDDINGS`` off, or when the model
+cannot load, the vector part is 0 and the same formula ranks lexically.
+
+The measurements that chose each constant are in docs/read-path.md. The user, agent and
 project always come from the runtime, never from the model.
-
-With ``MEMORY_EMBEDDINGS`` on (the default) the relevance is hybrid (issue 19): the
-lexical top ``max(10, 2 × limit)`` and the scope's cards ranked by sentence-vector
-similarity are fused by reciprocal rank (k = 60),
-
-    relevance = FUSED_SCALE × Σ 1 / (60 + rank),   score = relevance × decay + 0.2 × confidence,
-
-so a Chinese question finds an English fact, while an exact word still counts. Vector
-candidates below `SIMILARITY_FLOOR` are left out: a query about nothing the user said
-still finds nothing rather than the least unrelated facts.
 """
 
 from __future__ import annotations
@@ -27,10 +36,12 @@ import math
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
+import numpy as np
 from django.conf import settings
 
 from . import index, vectors
 from .limits import clamp_limit
+from .query import core
 from .tokenize import MAX_QUERY_CHARS, query_terms
 from .tokens import count_tokens
 
@@ -38,18 +49,22 @@ log = logging.getLogger(__name__)
 
 DECAY_GRACE_DAYS = 30
 DECAY_RATE = 0.01
-CONFIDENCE_WEIGHT = 0.2
-RRF_K = 60
-LEXICAL_DEPTH = 10  # the lexical list fused is the top max(10, 2 × limit)
-# 1 / (60 + rank) is 0.016 at rank 1 and moves by 0.0003 a rank: scaled by 100 the
-# relevance spans about 1.6–3.3, the size of a typical -bm25, so the article's 0.2 ×
-# confidence stays the tie-breaker it was rather than outweighing a whole rank.
-FUSED_SCALE = 100.0
-# USE v3 gives short cross-language matches low cosines (时区 → "time zone" 0.33,
-# "frontend framework" → 前端 0.19, typos 0.18), so the floor only drops the clearly
-# unrelated: on tests/data/hybrid_eval.json recall@5 is 0.94 at 0.10, 0.93 at 0.15,
-# 0.89 at 0.20 and 0.88 at 0.25.
-SIMILARITY_FLOOR = 0.10
+# Relevance runs from 0 to about 2: a 0.5 confidence gap moves a fact by 0.025, a
+# tie-breaker (the article's 0.2 was sized for raw bm25, 2–10).
+CONFIDENCE_WEIGHT = 0.05
+LEXICAL_WEIGHT = 1.0
+VECTOR_WEIGHT = 1.5
+# How much a card's being a question counts against its vector score.
+QUESTION_PENALTY = 0.5
+# Fixed candidate depths: every lexical match up to LEXICAL_DEPTH, the VECTOR_DEPTH best
+# vector scores (agents ask for at most 10, the playground for 100).
+LEXICAL_DEPTH = 200
+VECTOR_DEPTH = 100
+# A card found by its vector alone must have at least this cosine (after the question
+# penalty); a lexical match is evidence enough on its own.
+VECTOR_FLOOR = 0.15
+# The vectors embed the question without its frame (True) or as asked (False).
+FRAMELESS_VECTORS = True
 MAX_LIMIT = 100  # callers inside the service (golden queries, the playground); agents get retrieval.limits' 1..10
 
 
@@ -60,14 +75,16 @@ class Hit:
     category: str
     confidence: float
     score: float
-    bm25: float | None  # None: found by its vector only
-    decay: float
+    bm25: float | None  # None: not a lexical match
+    decay: float  # the factor the relevance is multiplied by (1 − weight × (1 − article decay))
     confidence_part: float
     created_at: datetime
     lexical_rank: int | None = None
     vector_rank: int | None = None
     similarity: float | None = None
-    fused: float | None = None  # the relevance (before decay); None when lexical only
+    fused: float | None = None  # the relevance: lexical + vector parts
+    lexical: float | None = None  # LEXICAL_WEIGHT × bm25 / Σ idf
+    vector: float | None = None  # VECTOR_WEIGHT × (cosine − question penalty)
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -76,7 +93,19 @@ class Hit:
 
 
 def decay_for(age_days: int) -> float:
+    """The article's decay: 1 under 30 days, then exp(-0.01 × (days − 30))."""
     return 1.0 if age_days < DECAY_GRACE_DAYS else math.exp(-DECAY_RATE * (age_days - DECAY_GRACE_DAYS))
+
+
+def decay_weight() -> float:
+    return float(getattr(settings, "MEMORY_SEARCH_DECAY_WEIGHT", 0.1))
+
+
+def order_factor(age: int, weight: float | None = None) -> float:
+    """What a relevance is multiplied by at this age: the article's decay, weighted (0:
+    age never counts, 1: the article's formula)."""
+    weight = decay_weight() if weight is None else weight
+    return 1.0 - weight * (1.0 - decay_for(age))
 
 
 def age_days(created_at: datetime, now: datetime) -> int:
@@ -84,10 +113,15 @@ def age_days(created_at: datetime, now: datetime) -> int:
     return max(0, (now - created_at).days)
 
 
+ARTICLE_CONFIDENCE_WEIGHT = 0.2
+
+
 def final_score(raw_bm25: float, confidence: float, created_at: datetime, now: datetime) -> tuple[float, float, float]:
-    """(score, decay, confidence part)."""
+    """(score, decay, confidence part) of the article's own formula on a raw bm25,
+    ``-bm25 × decay + 0.2 × confidence``: the reference the ranking is documented
+    against (search itself ranks by `_rank`)."""
     decay = decay_for(age_days(created_at, now))
-    part = CONFIDENCE_WEIGHT * confidence
+    part = ARTICLE_CONFIDENCE_WEIGHT * confidence
     return -raw_bm25 * decay + part, decay, part
 
 
@@ -107,78 +141,109 @@ def search(
     project_id: str | None = None,
     limit: int = 5,
     now: datetime | None = None,
+    mode: str = "hybrid",
 ) -> list[Hit]:
-    """The best `limit` live facts of this user × agent (and project, when given)."""
+    """The best `limit` live facts of this user × agent (and project, when given).
+    `mode` "lexical" or "vectors" ranks by one half alone (benchmarks, the playground);
+    "hybrid" is lexical alone when embeddings are off."""
     limit = clamp(limit, 1, MAX_LIMIT, 5)
     now = now or datetime.now(UTC)
-    terms = query_terms(query or "")
+    text = core((query or "")[:MAX_QUERY_CHARS])
     buckets = index.scopes(user_id, agent_name, project_id)
-    if vectors.enabled() and (query or "").strip():
-        return _hybrid(query, terms, buckets, limit=limit, now=now)
-    if not terms:
-        return []
-    rows = index.candidates(terms, buckets, limit=2 * limit, now_ts=now.timestamp())
-    hits = []
-    for fact_id, content, category, confidence, created_iso, raw in rows:
-        created = datetime.fromisoformat(created_iso)
-        score, decay, part = final_score(raw, confidence, created, now)
-        hits.append(Hit(fact_id, content, category, confidence, score, raw, decay, part, created))
-    hits.sort(key=lambda hit: (-hit.score, hit.bm25, hit.id))
+    now_ts = now.timestamp()
+    terms = query_terms(text) if mode != "vectors" else []
+    lexical, weight = index.lexical(terms, buckets, limit=LEXICAL_DEPTH, now_ts=now_ts) if terms else ([], 0.0)
+    ids: list[str] = []
+    vector_part = np.zeros(0, dtype=np.float32)
+    sims = vector_part
+    if mode != "lexical" and vectors.enabled() and text.strip():
+        try:
+            asked = text if FRAMELESS_VECTORS else (query or "")[:MAX_QUERY_CHARS]
+            ids, sims, questions = index.vector_scores(asked, buckets, now_ts=now_ts)
+            vector_part = sims - QUESTION_PENALTY * np.maximum(questions, 0.0)
+        except vectors.EmbeddingUnavailable:
+            # Search must answer: without the model it is the lexical search.
+            log.exception("vector search unavailable; answering lexically")
+            ids = []
+    hits = _rank(lexical, weight, ids, sims, vector_part, limit=limit, now=now)
     return hits[:limit]
 
 
-def _hybrid(query: str, terms: list[str], buckets: list[str], *, limit: int, now: datetime) -> list[Hit]:
-    depth = max(LEXICAL_DEPTH, 2 * limit)
-    now_ts = now.timestamp()
-    lexical = index.candidates(terms, buckets, limit=depth, now_ts=now_ts) if terms else []
-    try:
-        ranked = index.vector_ranking(query[:MAX_QUERY_CHARS], buckets, now_ts=now_ts)
-    except vectors.EmbeddingUnavailable:
-        # Search must answer: without the model it is today's lexical search.
-        log.exception("vector search unavailable; answering lexically")
-        ranked = []
-    close = [(fid, sim) for fid, sim in ranked[:depth] if sim >= SIMILARITY_FLOOR]
-    fused: dict[str, float] = {}
-    for rank, row in enumerate(lexical, 1):
-        fused[row[0]] = fused.get(row[0], 0.0) + 1.0 / (RRF_K + rank)
-    for rank, (fid, _sim) in enumerate(close, 1):
-        fused[fid] = fused.get(fid, 0.0) + 1.0 / (RRF_K + rank)
-    if not fused:
-        return []
-    lex = {row[0]: (rank, row) for rank, row in enumerate(lexical, 1)}
-    vec = {fid: (rank, sim) for rank, (fid, sim) in enumerate(close, 1)}
-    sims = dict(ranked)
-    known = {row[0]: row[1:5] for row in lexical}
-    known.update(index.card_fields([fid for fid in fused if fid not in known]))
-    hits = []
-    for fid, rrf in fused.items():
-        if fid not in known:  # deleted between the two reads
+def _rank(
+    lexical: list[tuple],
+    weight: float,
+    ids: list[str],
+    sims: np.ndarray,
+    vector_part: np.ndarray,
+    *,
+    limit: int,
+    now: datetime,
+) -> list[Hit]:
+    """The candidates' hits, best first: at least the best `limit`, exactly as if every
+    candidate were scored (those that cannot reach the top `limit` are not read)."""
+    position = {fid: i for i, fid in enumerate(ids)}
+    # The vector candidates: the VECTOR_DEPTH best vector scores (ties by id: ids are
+    # in id order).
+    depth = min(VECTOR_DEPTH, len(ids))
+    if depth:
+        best = np.argpartition(-vector_part, depth - 1)[:depth] if depth < len(ids) else np.arange(len(ids))
+        chosen = sorted(best.tolist(), key=lambda i: (-float(vector_part[i]), i))
+    else:
+        chosen = []
+    vector_rank = {ids[i]: rank for rank, i in enumerate(chosen, 1)}
+    lex = {row[0]: (rank, row[5]) for rank, row in enumerate(lexical, 1)}
+    weight = weight or 1.0
+    # (relevance, lexical part, vector part, id)
+    scored: list[tuple[float, float | None, float | None, str]] = []
+    for fid in dict.fromkeys([*lex, *vector_rank]):
+        bm25 = lex[fid][1] if fid in lex else None
+        at = position.get(fid)
+        closeness = float(vector_part[at]) if at is not None else None
+        if bm25 is None and (closeness is None or closeness < VECTOR_FLOOR):
             continue
-        content, category, confidence, created_iso = known[fid]
+        lexical_part = None if bm25 is None else LEXICAL_WEIGHT * (-bm25 / weight)
+        vec = None if closeness is None else VECTOR_WEIGHT * closeness
+        scored.append(((lexical_part or 0.0) + (vec or 0.0), lexical_part, vec, fid))
+    if not scored:
+        return []
+    scored.sort(key=lambda row: -row[0])
+    # Age multiplies a relevance by (1 − w) … 1 and confidence adds 0 … CONFIDENCE_WEIGHT:
+    # a candidate whose best case is below the limit-th one's worst case cannot be shown.
+    dweight = min(max(decay_weight(), 0.0), 1.0)
+    worst = scored[min(limit, len(scored)) - 1][0] * (1.0 - dweight)
+    scored = [row for row in scored if row[0] + CONFIDENCE_WEIGHT >= worst]
+    fields = {row[0]: row[1:5] for row in lexical}
+    fields.update(index.card_fields([row[3] for row in scored if row[3] not in fields]))
+    hits = []
+    for relevance, lexical_part, vec, fid in scored:
+        if fid not in fields:  # deleted between the two reads
+            continue
+        content, category, confidence, created_iso = fields[fid]
         created = datetime.fromisoformat(created_iso)
-        decay = decay_for(age_days(created, now))
-        relevance = FUSED_SCALE * rrf
+        factor = order_factor(age_days(created, now), dweight)
         part = CONFIDENCE_WEIGHT * confidence
-        lex_rank, lex_row = lex.get(fid, (None, None))
+        at = position.get(fid)
         hits.append(
             Hit(
                 id=fid,
                 content=content,
                 category=category,
                 confidence=confidence,
-                score=relevance * decay + part,
-                bm25=lex_row[5] if lex_row else None,
-                decay=decay,
+                score=relevance * factor + part,
+                bm25=lex[fid][1] if fid in lex else None,
+                decay=factor,
                 confidence_part=part,
                 created_at=created,
-                lexical_rank=lex_rank,
-                vector_rank=vec[fid][0] if fid in vec else None,
-                similarity=round(sims[fid], 4) if fid in sims else None,
+                lexical_rank=lex[fid][0] if fid in lex else None,
+                vector_rank=vector_rank.get(fid),
+                similarity=None if at is None else round(float(sims[at]), 4),
                 fused=relevance,
+                lexical=lexical_part,
+                vector=vec,
             )
         )
-    hits.sort(key=lambda hit: (-hit.score, hit.id))
-    return hits[:limit]
+    hits.sort(key=lambda h: (-h.score, -(h.fused or 0.0), -(h.lexical or 0.0), h.id))
+    return hits
 
 
 def memory_search_json(
@@ -244,6 +309,8 @@ def breakdown(hit: Hit) -> dict[str, object]:
         "bm25": None if hit.bm25 is None else round(hit.bm25, 4),
         "vector_rank": hit.vector_rank,
         "similarity": hit.similarity,
+        "lexical": None if hit.lexical is None else round(hit.lexical, 4),
+        "vector": None if hit.vector is None else round(hit.vector, 4),
         "fused": None if hit.fused is None else round(hit.fused, 4),
         "decay": round(hit.decay, 4),
         "confidence_part": round(hit.confidence_part, 4),

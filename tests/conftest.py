@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from io import StringIO
 from pathlib import Path
@@ -45,13 +45,26 @@ def reindex_check() -> tuple[int, dict]:
 
 
 @pytest.fixture(autouse=True)
-def memory_root(tmp_path: Path, settings: Any) -> Path:
-    """Every test gets its own empty store; nothing touches var/."""
+def memory_root(tmp_path: Path, settings: Any) -> Iterator[Path]:
+    """Every test gets its own empty store (and its empty index); nothing touches var/.
+    A missing index is rebuilt in the background (`retrieval.indexdb`): reads wait for
+    it here rather than answer 503 on a loaded machine, and no rebuild outlives its test."""
+    from memoryadmin import api_service
+    from retrieval import indexdb
+
     root = tmp_path / "memory"
     root.mkdir()
     settings.MEMORY_ROOT = root
+    settings.MEMORY_INDEX_WAIT_SECONDS = 120.0
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}
-    return root
+    api_service._known_agents.clear()  # agents another test made known
+    indexdb.reset()
+    # An empty index for the empty store, as a fresh install's first read makes it: the
+    # tests' first writes then go to it, not to a rebuild in the background.
+    indexdb.connection()
+    yield root
+    indexdb.wait_for_rebuilds()
+    indexdb.reset()
 
 
 @pytest.fixture(autouse=True)

@@ -148,7 +148,7 @@ def test_it_refuses_an_unknown_key() -> None:
 
 def test_it_refuses_a_revoked_key(key_pair: tuple[ApiKey, str], agent: Client) -> None:
     key_pair[0].revoke()
-    response = agent.get("/api/v1/context", {"user_id": "alice"})
+    response = agent.get("/api/v1/context", {"user_id": "alice", "agent_name": "__default__"})
     assert response.status_code == 401
     assert error_of(response)["code"] == "key_revoked"
 
@@ -176,7 +176,9 @@ def test_it_refuses_an_agent_the_key_is_not_allowed_for(method: str, path: str, 
 
 def test_a_key_limited_to_agents_does_not_cover_the_default_agent() -> None:
     _, raw = ApiKey.issue("coder only", allowed_agents=["coder"])
-    response = Client(HTTP_AUTHORIZATION=f"Bearer {raw}").get("/api/v1/context", {"user_id": "alice"})
+    response = Client(HTTP_AUTHORIZATION=f"Bearer {raw}").get(
+        "/api/v1/context", {"user_id": "alice", "agent_name": "__default__"}
+    )
     assert response.status_code == 403
 
 
@@ -292,13 +294,15 @@ def test_it_rejects_a_body_that_is_not_json_by_content_type(agent: Client) -> No
     [
         ("/api/v1/context", {}, "user_id"),
         ("/api/v1/context", {"user_id": "a/b"}, "user_id"),
-        ("/api/v1/context", {"user_id": "alice", "mode": "everything"}, "mode"),
+        ("/api/v1/context", {"user_id": "alice", "agent_name": "coder", "mode": "everything"}, "mode"),
         ("/api/v1/context", {"user_id": "alice", "agent_name": "UPPER CASE"}, "agent_name"),
-        ("/api/v1/context", {"user_id": "alice", "project_id": "p" * 300}, "project_id"),
-        ("/api/v1/search", {"user_id": "alice"}, "q"),
-        ("/api/v1/search", {"user_id": "alice", "q": "   "}, "q"),
-        ("/api/v1/search", {"user_id": "alice", "q": "x" * 2001}, "q"),
-        ("/api/v1/search", {"user_id": "alice", "q": "中文", "limit": "lots"}, "limit"),
+        ("/api/v1/context", {"user_id": "alice", "agent_name": "coder", "project_id": "p" * 300}, "project_id"),
+        ("/api/v1/context", {"user_id": "alice"}, "agent_name"),
+        ("/api/v1/search", {"user_id": "alice", "agent_name": "coder"}, "q"),
+        ("/api/v1/search", {"user_id": "alice", "agent_name": "coder", "q": "   "}, "q"),
+        ("/api/v1/search", {"user_id": "alice", "agent_name": "coder", "q": "x" * 2001}, "q"),
+        ("/api/v1/search", {"user_id": "alice", "agent_name": "coder", "q": "中文", "limit": "lots"}, "limit"),
+        ("/api/v1/search", {"user_id": "alice", "q": "中文"}, "agent_name"),
         ("/api/v1/search", {"user_id": ["alice", "bob"], "q": "中文"}, "user_id"),
     ],
 )
@@ -309,7 +313,9 @@ def test_it_rejects_bad_query_parameters_with_400(agent: Client, path: str, para
 
 
 def test_it_clamps_the_search_limit_like_the_tool(agent: Client) -> None:
-    response = agent.get("/api/v1/search", {"user_id": "alice", "q": "中文", "limit": "500"})
+    response = agent.get(
+        "/api/v1/search", {"user_id": "alice", "agent_name": "__default__", "q": "中文", "limit": "500"}
+    )
     assert response.status_code == 200
 
 
@@ -347,25 +353,32 @@ def test_it_answers_429_when_the_key_exceeds_its_rate_limit(key_pair: tuple[ApiK
     key, _ = key_pair
     key.rate_limit_per_minute = 2
     key.save()
-    statuses = [agent.get("/api/v1/context", {"user_id": "alice"}).status_code for _ in range(3)]
+    statuses = [
+        agent.get("/api/v1/context", {"user_id": "alice", "agent_name": "__default__"}).status_code for _ in range(3)
+    ]
     assert statuses[:2] == [200, 200]
     assert statuses[2] == 429
-    response = agent.get("/api/v1/context", {"user_id": "alice"})
+    response = agent.get("/api/v1/context", {"user_id": "alice", "agent_name": "__default__"})
     assert error_of(response)["code"] == "rate_limited"
     assert 1 <= int(response["Retry-After"]) <= 60
 
 
 def test_the_rate_limit_setting_applies_to_keys_without_their_own(agent: Client, settings: Any) -> None:
     settings.API_RATE_LIMIT_PER_MINUTE = 1
-    assert agent.get("/api/v1/context", {"user_id": "alice"}).status_code == 200
-    assert agent.get("/api/v1/context", {"user_id": "alice"}).status_code == 429
+    assert agent.get("/api/v1/context", {"user_id": "alice", "agent_name": "__default__"}).status_code == 200
+    assert agent.get("/api/v1/context", {"user_id": "alice", "agent_name": "__default__"}).status_code == 429
 
 
 def test_the_rate_limit_is_per_key(agent: Client, settings: Any) -> None:
     settings.API_RATE_LIMIT_PER_MINUTE = 1
     _, other = ApiKey.issue("other")
-    assert agent.get("/api/v1/context", {"user_id": "alice"}).status_code == 200
-    assert Client(HTTP_AUTHORIZATION=f"Bearer {other}").get("/api/v1/context", {"user_id": "a"}).status_code == 200
+    assert agent.get("/api/v1/context", {"user_id": "alice", "agent_name": "__default__"}).status_code == 200
+    assert (
+        Client(HTTP_AUTHORIZATION=f"Bearer {other}")
+        .get("/api/v1/context", {"user_id": "a", "agent_name": "__default__"})
+        .status_code
+        == 200
+    )
 
 
 def test_a_new_minute_starts_a_new_window(key_pair: tuple[ApiKey, str]) -> None:
@@ -396,7 +409,7 @@ def test_the_rate_limit_is_shared_between_processes(key_pair: tuple[ApiKey, str]
 
 
 def test_it_records_when_a_key_was_last_used(key_pair: tuple[ApiKey, str], agent: Client) -> None:
-    agent.get("/api/v1/context", {"user_id": "alice"})
+    agent.get("/api/v1/context", {"user_id": "alice", "agent_name": "__default__"})
     key_pair[0].refresh_from_db()
     assert key_pair[0].last_used_at is not None
 

@@ -148,7 +148,7 @@ def test_wrong_keys_are_throttled_across_worker_processes_and_tenant_keys_stay_i
     server: dict[str, Any],
 ) -> None:
     url = server["url"] + "/api/v1/context"
-    params = {"user_id": "acme:alice", "agent_name": "coder"}
+    params = {"user_id": "acme:alice", "agent_name": "__default__"}  # no agent is known in a fresh store
     # A new connection per request: gunicorn's two workers share the failure count.
     statuses = [
         httpx.get(url, params=params, headers={"Authorization": f"Bearer mem_guess{i}"}).status_code for i in range(5)
@@ -157,5 +157,5 @@ def test_wrong_keys_are_throttled_across_worker_processes_and_tenant_keys_stay_i
     assert httpx.get(url, params=params, headers={"Authorization": f"Bearer {server['key']}"}).status_code == 200
     tenant = {"Authorization": f"Bearer {server['tenant']}"}
     assert httpx.get(url, params=params, headers=tenant).status_code == 200
-    other = httpx.get(url, params={"user_id": "globex:carol", "agent_name": "coder"}, headers=tenant)
+    other = httpx.get(url, params={"user_id": "globex:carol", "agent_name": "__default__"}, headers=tenant)
     assert (other.status_code, other.json()["error"]["code"]) == (403, "user_not_allowed")

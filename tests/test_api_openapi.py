@@ -129,6 +129,7 @@ def test_the_backfill_example_dates_its_fact_when_it_was_said(agent: Client, ope
 
 
 def test_real_answers_validate_against_the_described_schemas(agent: Client) -> None:
+    agent.post(PREFIX + "/turns", data=json.dumps(TURN_EXAMPLE), content_type="application/json")  # coder is known
     context = agent.get(PREFIX + "/context", {"user_id": "alice", "agent_name": "coder"})
     schema_validator("Context").validate(context.json())
     search = agent.get(PREFIX + "/search", {"user_id": "alice", "agent_name": "coder", "q": "中文"})
@@ -136,6 +137,12 @@ def test_real_answers_validate_against_the_described_schemas(agent: Client) -> N
     error = agent.get(PREFIX + "/context")
     assert error.status_code == 400
     schema_validator("Error").validate(error.json())
+    unknown = agent.get(PREFIX + "/context", {"user_id": "alice", "agent_name": "codr"})
+    assert unknown.status_code == 404
+    schema_validator("Error").validate(unknown.json())
+    health = agent.get(PREFIX + "/health")
+    assert health.status_code == 200
+    schema_validator("Health").validate(health.json())
 
 
 def test_the_described_error_statuses_are_the_ones_the_api_uses() -> None:

@@ -146,3 +146,27 @@ def test_it_can_stop_at_the_latest_runs(store: Store) -> None:
     _, _, guess = history(store)
     report = backtest(threshold=0.6, max_runs=1).as_dict()
     assert report["runs"] == 1 and [f["candidate_id"] for f in report["flips"]] == [guess.pk]
+
+
+def test_a_duplicate_of_a_fact_saved_earlier_in_the_same_batch_stays_a_duplicate(store: Store) -> None:
+    """A backfill judges several runs in one batch (`apply_runs`, `manage.py ingest`):
+    the second saw the first's card, which no revision older than their shared
+    `judged_at` holds (issue 34: the replay called it "would be accepted")."""
+    batch = []
+    for thread in ("t1", "t2"):
+        run = ExtractionRun.objects.create(
+            user_id="alice", agent_name="coder", thread_id=thread, filtered_rows=ROWS,
+            raw_output={"facts": [fact_candidate()]}, status="succeeded",
+        )  # fmt: skip
+        ctx = runs.Context(
+            user_id="alice", agent_name="coder", thread_id=thread, project_id=None, rows=ROWS, mode="auto",
+            threshold=0.7,
+        )  # fmt: skip
+        batch.append((run, parse_update(run.raw_output), ctx))
+    [saved], [repeat] = runs.apply_runs(batch)
+    assert (saved.verdict, repeat.reasons) == ("accepted", ["duplicate"])
+    for report in (backtest(), backtest(threshold=0.7)):
+        assert report.as_dict()["flips"] == [] and report.candidates == 2
+    out = StringIO()
+    call_command("backtest", "--threshold", "0.7", stdout=out)
+    assert "0 flips" in out.getvalue()

@@ -139,7 +139,11 @@ def test_on_a_phone_the_queues_actions_are_in_reach_and_the_nav_is_one_row(
     shot(page, "phone-review-done")
 
 
-def test_a_profile_edited_in_two_sections_keeps_both_and_leaving_unsaved_asks_first(page: Any) -> None:  # noqa: F811
+def test_a_profile_edited_in_two_sections_keeps_both_and_leaving_unsaved_asks_first(
+    page: Any,  # noqa: F811
+    make_card: Any,
+) -> None:
+    save_card(make_card(user_id="alice"), actor="t")  # a person memory holds (issue 33): no profile yet
     login(page)
     page.set_viewport_size(PHONE)
     page.goto("/profiles/?user=alice")

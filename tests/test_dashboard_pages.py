@@ -126,12 +126,46 @@ def test_rebuild_runs_in_the_worker_and_the_progress_page_shows_the_result(revie
     assert DriftCheck.objects.latest("created_at").clean
 
 
+def test_the_check_after_a_rebuild_does_not_tokenize_every_card_again(
+    reviewer_client: Client, make_card, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from retrieval import derived
+
+    save_card(make_card(), actor="t")
+    computed: list[str] = []
+    real = derived.compute
+    monkeypatch.setattr(derived, "compute", lambda text: computed.append(text) or real(text))
+    reviewer_client.post("/index/rebuild/", {"reason": "after restore"})
+    assert IndexRebuild.objects.get().status == "succeeded"
+    assert DriftCheck.objects.latest("created_at").clean
+    assert computed == []  # the rebuild found the card's terms cached, and so did the check
+
+
 def test_a_running_rebuild_page_polls_and_htmx_gets_the_progress_partial(viewer_client: Client) -> None:
     row = IndexRebuild.objects.create(status="running", done=250, total=1000)
     page = viewer_client.get(f"/index/rebuild/{row.pk}/").content.decode()
     assert 'hx-trigger="every 1s"' in page and "25%" in page
     partial = viewer_client.get(f"/index/rebuild/{row.pk}/", headers={"HX-Request": "true"})
     assert b"<html" not in partial.content and b"250 of 1000" in partial.content
+
+
+@pytest.mark.parametrize(
+    ("phase", "done", "total", "says"),
+    [
+        ("files", 250, 1000, "250 of 1000 files read (25%)"),
+        ("mirror", 1000, 1000, "1000 files read; writing the mirror"),
+        ("embedding", 300, 1200, "300 of 1200 cards embedded (25%)"),
+        ("index", 1200, 1200, "Writing the search index"),
+        ("catch-up", 1200, 1200, "Catching up with the writes made meanwhile"),
+    ],
+)
+def test_the_progress_page_says_which_step_a_rebuild_is_in(
+    viewer_client: Client, phase: str, done: int, total: int, says: str
+) -> None:
+    # A first index spends most of its time embedding: the page says so, with a count.
+    row = IndexRebuild.objects.create(status="running", phase=phase, done=done, total=total)
+    partial = viewer_client.get(f"/index/rebuild/{row.pk}/", headers={"HX-Request": "true"}).content.decode()
+    assert says in partial and 'hx-trigger="every 1s"' in partial
 
 
 def test_the_drift_check_reports_hand_made_drift(reviewer_client: Client, make_card, store: Store) -> None:
@@ -267,10 +301,10 @@ def test_the_playground_breaks_scores_into_parts(viewer_client: Client, make_car
     response = viewer_client.get("/search/", {"q": "中文", "user": "alice", "agent": "coder"})
     hits = response.context["hits"]
     assert len(hits) == 1
-    hit, bm25_part = hits[0]
-    assert bm25_part == pytest.approx(-hit.bm25 * hit.decay)
-    assert hit.score == pytest.approx(bm25_part + hit.confidence_part)
-    assert "−bm25 × decay" in response.content.decode()
+    hit, relevance_part = hits[0]
+    assert relevance_part == pytest.approx(hit.fused * hit.decay)
+    assert hit.score == pytest.approx(relevance_part + hit.confidence_part)
+    assert "relevance × decay" in response.content.decode()
 
 
 def test_the_facts_list_searches_through_the_index(viewer_client: Client, make_card) -> None:

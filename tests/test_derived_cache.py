@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 
 import numpy as np
@@ -112,6 +113,8 @@ def test_it_keeps_the_cache_beside_a_machine_local_index(
     """With MEMORY_INDEX_DIR (several machines), the cache lives with the index, never on
     the shared file root; a rebuild on this machine still reuses it."""
     local = tmp_path / "machine-local"
+    shutil.rmtree(settings.MEMORY_ROOT / ".retrieval")  # the empty one the fixture made
+    index.reset()
     settings.MEMORY_INDEX_DIR = str(local)
     derived.close_reader()
     save_card(make_card(content="Deploys with blue-green switches."), actor="t")

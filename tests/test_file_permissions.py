@@ -75,7 +75,13 @@ def test_it_creates_every_memory_folder_0700_and_every_file_0600(
     _use_the_memory(make_card)
     modes = _modes(fresh_root)
     folders = {name: mode for name, mode in modes.items() if (fresh_root / name).is_dir()}
-    files = {name: mode for name, mode in modes.items() if not (fresh_root / name).is_dir()}
+    # A derived file's stable name is a link to its generation (facts/storage/sqlitegen.py): the
+    # link has no mode of its own, the generation file it names is listed too.
+    files = {
+        name: mode
+        for name, mode in modes.items()
+        if not (fresh_root / name).is_dir() and not (fresh_root / name).is_symlink()
+    }
     # the kinds of things that must be there for this test to mean anything
     assert any(name.endswith(".md") for name in files)
     assert any(name.endswith("memory.json") for name in files)

@@ -1,5 +1,6 @@
-"""Hybrid search (issue 19): sentence vectors beside the FTS5 index, fused by reciprocal
-rank, kept in step by every write, rebuilt and checked like the index."""
+"""Hybrid search (issue 19): sentence vectors beside the FTS5 index, fused with it (issue
+36: normalized BM25 plus cosine), kept in step by every write, rebuilt and checked like
+the index."""
 
 from __future__ import annotations
 
@@ -114,6 +115,50 @@ def test_a_rebuild_embeds_only_texts_it_has_not_seen(
     assert _check()[0] == 0
 
 
+def test_a_first_index_embeds_on_worker_processes_while_the_mirror_is_written(
+    embeddings: None, make_card, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memoryadmin import rebuild
+
+    cards = [save_card(make_card(content=f"用户的第{n}个事实 about deployments {n}."), actor="t") for n in range(7)]
+    index.connection().execute("DELETE FROM vc.vectors")  # a first index: nothing cached
+    vectors._recent.clear()
+    # Few cards: let them go through the worker processes anyway, two a batch.
+    monkeypatch.setattr(vectors, "PARALLEL_MIN_TEXTS", 1)
+    monkeypatch.setattr(vectors, "PARALLEL_BATCH", 2)
+    in_parent: list[str] = []
+    real = vectors.embed
+
+    def counting(texts):
+        in_parent.extend(texts)  # the workers' calls happen in their own processes
+        return real(texts)
+
+    monkeypatch.setattr(vectors, "embed", counting)
+    phases: list[str] = []
+    counts: list[tuple[int, int]] = []
+    result = rebuild.rebuild(phase=phases.append, progress=lambda done, total: counts.append((done, total)))
+    assert phases == ["files", "mirror", "embedding", "index", "catch-up"]
+    assert result.extra["embedded"] == 7 and counts[-1] == (7, 7)
+    assert in_parent == [], "embedded in this process instead of the workers"
+    assert {vectors.content_hash(card.content) for card in cards} <= _cached_hashes()
+    assert _found("用户的第3个事实")[0] == cards[3].id
+    assert _check()[0] == 0
+    # The vectors are the batch path's, as the write path made them.
+    rows = dict(index.connection().execute("SELECT hash, vec FROM vc.vectors"))
+    made = vectors.from_blobs([rows[vectors.content_hash(card.content)] for card in cards])
+    assert float(abs(made - real([card.content for card in cards])).max()) <= 1e-3
+
+
+def test_a_warm_rebuild_starts_no_worker_to_embed(embeddings: None, make_card, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memoryadmin import rebuild
+
+    save_card(make_card(content="Prefers dark mode."), actor="t")
+    monkeypatch.setattr(vectors, "PARALLEL_MIN_TEXTS", 1)
+    phases: list[str] = []
+    rebuild.rebuild(phase=phases.append)
+    assert phases == ["files", "mirror", "index", "catch-up"]
+
+
 def test_turning_embeddings_on_shows_drift_until_reindex(make_card, settings) -> None:
     card = save_card(make_card(content="Prefers dark mode."), actor="t")
     assert "vectors" not in _check()[1]
@@ -200,3 +245,33 @@ def test_hostile_queries_get_an_answer_not_an_error(embeddings: None, make_card,
     save_card(make_card(content="Keeps notes in Obsidian."), actor="t")
     json.loads(memory_search_json(query, user_id="alice", agent_name="coder"))
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+def test_a_rebuild_that_fails_while_cards_are_embedded_stops_the_workers(
+    embeddings: None, make_card, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from facts import mirror
+    from memoryadmin import rebuild
+
+    for n in range(3):
+        save_card(make_card(content=f"Fact {n} about the failing rebuild."), actor="t")
+    index.connection().execute("DELETE FROM vc.vectors")
+    vectors._recent.clear()
+    monkeypatch.setattr(vectors, "PARALLEL_MIN_TEXTS", 1)
+    started: list[vectors.Embedding] = []
+    real = vectors.Embedding.__init__
+
+    def recording(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        started.append(self)
+
+    monkeypatch.setattr(vectors.Embedding, "__init__", recording)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(mirror, "rebuild_mirror", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        rebuild.rebuild()
+    assert len(started) == 1
+    assert all(not worker.is_alive() for worker in started[0]._pool._pool)  # type: ignore[attr-defined]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import time
 from datetime import timedelta
@@ -13,6 +14,7 @@ import pytest
 from django.core.management import call_command
 
 from facts.enums import CardStatus
+from facts.storage import sqlitegen
 from facts.storage.store import Bucket, Store
 from facts.storage.writer import delete_card, save_card, update_card
 from memoryadmin import rebuild
@@ -103,30 +105,55 @@ def test_a_rebuild_from_the_files_equals_the_incremental_index(make_card) -> Non
     assert _rows() == incremental
 
 
-def test_a_deleted_index_file_is_rebuilt_on_first_use(make_card) -> None:
+def test_a_deleted_index_is_rebuilt_in_the_background_and_never_read_as_empty(make_card, settings) -> None:
     card = save_card(make_card(content="User prefers dark mode"), actor="t")
-    index.reset()
-    path = index.index_path()
-    for suffix in ("", "-wal", "-shm"):
-        path.with_name(path.name + suffix).unlink(missing_ok=True)
     assert _found("dark mode") == [card.id]
-    assert path.exists()
+    shutil.rmtree(index.index_path().parent)  # by hand, while this process holds a connection
+    settings.MEMORY_INDEX_WAIT_SECONDS = 0
+    with pytest.raises(index.IndexUnavailable, match="missing: it is being rebuilt from the files"):
+        _found("dark mode")
+    index.wait_for_rebuilds()
+    assert _found("dark mode") == [card.id]
+    assert index.index_path().is_symlink() and index.index_path().exists()
 
 
-def test_a_corrupt_index_file_is_rebuilt_on_first_use(make_card) -> None:
+def test_a_reader_waits_a_moment_for_the_rebuild_it_started(make_card) -> None:
     card = save_card(make_card(content="User prefers light mode"), actor="t")
+    index.connection()
     index.reset()
-    path = index.index_path()
-    for suffix in ("-wal", "-shm"):
-        path.with_name(path.name + suffix).unlink(missing_ok=True)
-    path.write_bytes(b"this is not a database" * 100)
+    index.index_path().unlink()
+    assert _found("light mode") == [card.id]  # within MEMORY_INDEX_WAIT_SECONDS
+
+
+def test_a_corrupt_index_file_is_replaced_by_a_new_generation(make_card) -> None:
+    card = save_card(make_card(content="User prefers light mode"), actor="t")
+    index.connection()
+    index.reset()
+    old = sqlitegen.target(index.index_path())
+    assert old is not None and old != index.index_path()
+    old.write_bytes(b"this is not a database" * 100)
     assert _found("light mode") == [card.id]
+    new = sqlitegen.target(index.index_path())
+    assert new is not None and new != old
 
 
 def test_an_index_corrupted_under_an_open_connection_is_rebuilt(make_card) -> None:
     card = save_card(make_card(content="User prefers vim"), actor="t")
     index.connection().execute("DROP TABLE cards")
     assert _found("vim") == [card.id]
+
+
+def test_a_commit_made_while_the_index_is_rebuilt_is_in_the_new_one(make_card, settings) -> None:
+    first = save_card(make_card(content="User prefers tea"), actor="t")
+    index.connection()
+    index.reset()
+    index.index_path().unlink()
+    settings.MEMORY_INDEX_WAIT_SECONDS = 0
+    with pytest.raises(index.IndexUnavailable):
+        _found("tea")
+    second = save_card(make_card(content="User prefers green tea"), actor="t")  # the hook finds no index
+    index.wait_for_rebuilds()
+    assert sorted(_found("tea")) == sorted([first.id, second.id])
 
 
 def test_the_connection_is_reused_within_a_thread(make_card) -> None:
@@ -138,6 +165,7 @@ def test_a_failing_index_update_never_fails_the_write(make_card, monkeypatch, ca
     def broken(*args, **kwargs):
         raise sqlite3.OperationalError("disk I/O error")
 
+    index.connection()  # the index exists: the update itself fails
     monkeypatch.setattr(index, "_apply", broken)
     card = save_card(make_card(content="User prefers emacs"), actor="t")
     assert card.revision == 1
@@ -174,6 +202,7 @@ def test_reindex_check_reports_index_drift(make_card, store: Store) -> None:
 
 def test_reindex_check_reports_a_missing_index_without_building_it(make_card) -> None:
     card = save_card(make_card(), actor="t")
+    index.connection()
     index.reset()
     index.index_path().unlink()
     report = rebuild.check()
@@ -207,6 +236,7 @@ def test_the_wal_is_checkpointed_once_writes_pause(make_card, monkeypatch: pytes
     checkpoints: list[float] = []
     real = indexdb._checkpoint
     monkeypatch.setattr(indexdb, "_checkpoint", lambda path: (checkpoints.append(time.monotonic()), real(path)))
+    index.connection()  # the index exists: the writes go to it
     started = time.monotonic()
     for n in range(5):  # a burst: none while it lasts
         save_card(make_card(content=f"fact number {n}"), actor="t")
@@ -216,3 +246,15 @@ def test_the_wal_is_checkpointed_once_writes_pause(make_card, monkeypatch: pytes
     while not checkpoints and time.monotonic() < deadline:
         time.sleep(0.05)
     assert checkpoints and checkpoints[0] - last_write >= 0.2 and checkpoints[0] > started
+
+
+def test_a_dashboard_page_reading_a_missing_index_says_so_with_503(make_card, settings, admin_client_) -> None:
+    save_card(make_card(content="User prefers dark mode"), actor="t")
+    index.connection()
+    index.reset()
+    shutil.rmtree(index.index_path().parent)
+    settings.MEMORY_INDEX_WAIT_SECONDS = 0
+    page = admin_client_.get("/search/", {"user": "alice", "agent": "coder", "q": "dark mode"})
+    assert page.status_code == 503 and page["Retry-After"] == "5"
+    assert "it is being rebuilt from the files" in page.content.decode()
+    index.wait_for_rebuilds()

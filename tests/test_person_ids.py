@@ -67,6 +67,16 @@ def test_someone_memory_holds_is_still_erased(admin_client_: Client, alice: Any)
 # --- export ---------------------------------------------------------------------------------
 
 
+@pytest.mark.django_db
+def test_rerunning_a_finished_erasure_says_nothing_is_left_and_succeeds(alice: Any) -> None:
+    call_command("erase", "--user", "alice", "--yes", stdout=io.StringIO())
+    out = io.StringIO()
+    call_command("erase", "--user", "alice", "--yes", stdout=out)  # a rerun after a kill: no error
+    assert "Nothing left to erase" in out.getvalue()
+    with pytest.raises(CommandError, match="No such person"):
+        call_command("erase", "--user", "alice", stdout=io.StringIO())  # a dry run still says so
+
+
 @pytest.mark.parametrize("user", ["nobody-x", "../sam.taylor"])
 def test_the_export_command_refuses_an_unknown_person(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, user: str

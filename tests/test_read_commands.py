@@ -35,7 +35,8 @@ def test_memory_search_json_is_the_tools_answer(make_card) -> None:
     assert [i["id"] for i in items] == [card.id]
     # The tool's answer, plus each score's breakdown (issue 19; the tool itself has none).
     assert set(items[0]) == {"id", "content", "category", "confidence", "score", "explain"}
-    assert items[0]["explain"]["lexical_rank"] is None  # embeddings off in tests: plain BM25
+    # Embeddings off in tests: the lexical part alone (issue 36: one ranking path).
+    assert items[0]["explain"]["lexical_rank"] == 1 and items[0]["explain"]["vector"] is None
     assert items[0]["explain"]["bm25"] is not None
 
 

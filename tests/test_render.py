@@ -264,13 +264,16 @@ def test_a_budget_too_small_for_anything_injects_nothing(make_card) -> None:
 
 
 @db
-def test_it_never_raises_into_an_agents_call(monkeypatch) -> None:
+def test_a_failure_is_raised_never_answered_as_an_empty_block(monkeypatch) -> None:
+    """Issue 34: a broken index read as "no memory", 200. The agents' middleware answers
+    without memory when the call fails; the API says 503 or 500."""
+
     def boom(*args, **kwargs):
         raise RuntimeError("index gone")
 
     monkeypatch.setattr(index, "bucket_queues", boom)
-    out = _render(budget=100, correction_budget=10, top_n=5)
-    assert out.text == "" and out.tokens == 0
+    with pytest.raises(RuntimeError, match="index gone"):
+        _render(budget=100, correction_budget=10, top_n=5)
 
 
 @db

@@ -29,7 +29,7 @@ from facts.storage.store import Store
 from memoryadmin.client import LocalMemory, MemoryClient
 from memoryadmin.memory_protocol import MemoryContext, MemoryRejected
 from memoryadmin.models import ApiKey
-from retrieval.search import search
+from retrieval.search import age_days, decay_for, order_factor, search
 from tests.factories import fact_candidate
 from tests.openai_stub import OpenAIStub
 from tests.test_export import _jsonl, _members, _remove_by_hand, _rewrite
@@ -200,7 +200,12 @@ def test_the_api_refuses_a_bad_time_with_a_400_naming_the_field(
 def test_search_decays_a_backfilled_card_by_when_it_was_said(agent: Client, model: OpenAIStub) -> None:
     assert post(agent, "/api/v1/flush", {**THREAD, "created_at": SAID, "messages": messages()}).status_code == 202
     [hit] = search("中文 解释", user_id="alice", agent_name="coder", now=NOW)
-    assert hit.created_at == SAID_UTC and hit.decay < 0.01
+    assert hit.created_at == SAID_UTC
+    age = age_days(hit.created_at, NOW)
+    assert decay_for(age) < 0.01, "the article's decay, of when it was said"
+    # Issue 36: search orders by that decay at MEMORY_SEARCH_DECAY_WEIGHT (0.1), it does
+    # not let it erase the fact (a card written today would have 1.0).
+    assert hit.decay == pytest.approx(order_factor(age)) and hit.decay < 0.91
 
 
 # --- ingest -------------------------------------------------------------------------

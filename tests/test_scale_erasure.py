@@ -20,6 +20,7 @@ def test_it_leaves_no_byte_of_an_erased_user_in_a_local_index(
 ) -> None:
     settings.MEMORY_INDEX_DIR = str(tmp_path / "local-index")
     index.reset()
+    index.connection()
     secret = "Xenaphobicword keeps her passport in the blue folder."
     save_card(make_card(user_id="xena", content=secret), actor="t")
     save_card(make_card(user_id="yuri", content="Yuri prefers green tea."), actor="t")

@@ -25,6 +25,7 @@ def two_indexes(settings: Any, tmp_path: Path, memory_root: Path):
     def on(machine: str) -> None:
         settings.MEMORY_INDEX_DIR = str(tmp_path / machine)
         index.reset()
+        index.connection()  # as the worker's follower opens it before its first poll
 
     yield on
     index.reset()

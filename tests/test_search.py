@@ -1,4 +1,5 @@
-"""Ranked search (article §7): BM25 in scope, 2 × top_k window, decay, confidence."""
+"""Ranked search (article §7, issue 36): normalized BM25 in scope, fixed candidate depths,
+decay as a weighted order, confidence as a tie-breaker."""
 
 from __future__ import annotations
 
@@ -90,12 +91,37 @@ def test_age_counts_whole_days_and_never_goes_negative() -> None:
     assert S.age_days(FIXED_NOW + timedelta(days=3), FIXED_NOW) == 0
 
 
-def test_search_applies_the_decay_to_old_facts(make_card) -> None:
+def test_search_orders_by_relevance_times_a_weighted_decay(make_card) -> None:
     old = save_card(make_card(content="User uses Kotlin", created_at=FIXED_NOW - timedelta(days=100)), actor="t")
     hit = search("kotlin", user_id="alice", agent_name="coder", now=FIXED_NOW)[0]
     assert hit.id == old.id
+    assert hit.decay == pytest.approx(1 - 0.1 * (1 - math.exp(-0.7)))
+    assert hit.fused == pytest.approx(hit.lexical), "embeddings off: the relevance is the lexical part"
+    assert hit.score == pytest.approx(hit.fused * hit.decay + S.CONFIDENCE_WEIGHT * hit.confidence)
+
+
+def test_the_articles_decay_is_the_weight_one_setting(make_card, settings) -> None:
+    settings.MEMORY_SEARCH_DECAY_WEIGHT = 1.0
+    save_card(make_card(content="User uses Kotlin", created_at=FIXED_NOW - timedelta(days=100)), actor="t")
+    hit = search("kotlin", user_id="alice", agent_name="coder", now=FIXED_NOW)[0]
     assert hit.decay == pytest.approx(math.exp(-0.7))
-    assert hit.score == pytest.approx(-hit.bm25 * hit.decay + 0.2 * hit.confidence)
+
+
+def test_an_old_fact_that_answers_still_ranks_first(make_card, settings) -> None:
+    old = save_card(
+        make_card(content="User deploys shop-api to Kubernetes", created_at=FIXED_NOW - timedelta(days=400)),
+        actor="t",
+    )
+    fresh = save_card(make_card(content="User likes a tidy Kubernetes dashboard"), actor="t")
+    assert _ids("deploys shop-api kubernetes")[:2] == [old.id, fresh.id]
+    settings.MEMORY_SEARCH_DECAY_WEIGHT = 1.0  # the article's formula: age decides
+    assert _ids("deploys shop-api kubernetes")[:2] == [fresh.id, old.id]
+
+
+def test_among_equally_relevant_facts_the_newer_ranks_first(make_card) -> None:
+    old = save_card(make_card(content="User drinks oolong tea", created_at=FIXED_NOW - timedelta(days=200)), actor="t")
+    new = save_card(make_card(content="User drinks oolong tea", created_at=FIXED_NOW - timedelta(days=40)), actor="t")
+    assert _ids("oolong tea") == [new.id, old.id]
 
 
 def test_confidence_breaks_ties(make_card) -> None:
@@ -106,17 +132,19 @@ def test_confidence_breaks_ties(make_card) -> None:
     assert hits[0].bm25 == pytest.approx(hits[1].bm25)
 
 
-def test_only_two_times_limit_bm25_candidates_are_reranked(make_card) -> None:
+def test_the_top_k_is_the_same_whatever_the_limit(make_card) -> None:
+    """Issue 36: the top k of a longer answer is the answer at k (the old window of
+    2 × limit BM25 candidates put a different fact first at limit 1 than at limit 2)."""
     for i in range(6):
         save_card(make_card(content=f"Filler line {i} on cooking"), actor="t")
-    ancient = FIXED_NOW - timedelta(days=800)  # decay ≈ 0: these lose on the final score
-    a = save_card(make_card(content="zebra zebra zebra", created_at=ancient, confidence=0.5), actor="t")
-    b = save_card(make_card(content="zebra zebra zebra", created_at=ancient, confidence=0.5), actor="t")
-    fresh = save_card(make_card(content="zebra and many other words here too", confidence=1.0), actor="t")
-    # limit=1 → 2 BM25 candidates: the two strong old matches; the fresh one is outside.
-    assert _ids("zebra", limit=1)[0] in {a.id, b.id}
-    # limit=2 → 4 candidates: now the fresh one is reranked in and wins.
-    assert _ids("zebra", limit=2)[0] == fresh.id
+    ancient = FIXED_NOW - timedelta(days=800)
+    for _ in range(2):
+        save_card(make_card(content="zebra zebra zebra", created_at=ancient, confidence=0.5), actor="t")
+    save_card(make_card(content="zebra and many other words here too", confidence=1.0), actor="t")
+    longest = _ids("zebra", limit=10)
+    assert len(longest) == 3
+    for limit in (1, 2, 3):
+        assert _ids("zebra", limit=limit) == longest[:limit]
 
 
 def test_superseded_and_expired_cards_are_never_found(make_card) -> None:

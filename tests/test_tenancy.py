@@ -106,7 +106,11 @@ def test_a_tenant_key_cannot_read_or_write_another_tenants_project(shop_api: Any
     answers = four(api(acme_key), ANN, "shop-api")
     assert answers == [(403, "project_not_allowed")] * 4
     assert not Turn.objects.filter(user_id=ANN).exists()
-    message = api(acme_key).get("/api/v1/context", {"user_id": ANN, "project_id": "shop-api"}).json()["error"]
+    message = (
+        api(acme_key)
+        .get("/api/v1/context", {"user_id": ANN, "agent_name": "coder", "project_id": "shop-api"})
+        .json()["error"]
+    )
     assert "shop-api" in message["message"] and SECRET not in json.dumps(message)
 
 

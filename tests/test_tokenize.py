@@ -55,11 +55,63 @@ def test_query_terms_are_distinct_and_bounded() -> None:
     assert len(tk.query_terms(many)) == tk.MAX_QUERY_TERMS
 
 
-def test_it_loads_jieba_once_per_process() -> None:
+def test_it_loads_the_segmenter_once_per_process() -> None:
     tk.tokenize("中文")
-    loaded = tk._jieba
+    loaded = tk._rjieba
     tk.tokenize("再来一次中文")
-    assert tk._jieba is loaded is not None
+    assert tk._rjieba is loaded is not None
+
+
+def _python_jieba(run: str) -> list[str]:
+    return list(tk._load_jieba().cut_for_search(run))
+
+
+def _runs() -> list[str]:
+    """Han runs of every kind the index meets: dictionary words run together (what
+    facts hold), random common characters (unknown words, the HMM's part), and runs with
+    characters outside jieba's HMM range (extension A, compatibility, U+9FD6-U+9FFF)."""
+    import random
+
+    rng = random.Random(39)
+    jieba = tk._load_jieba()
+    words = [w for w in list(jieba.dt.FREQ)[:200_000] if tk._FAST_HAN.fullmatch(w)]
+    runs = ["用户偏好用中文解释技术问题", "部署在哪个云", "用户的PostgreSQL版本", "乌龙茶", "时区"]
+    runs += ["".join(rng.choice(words) for _ in range(rng.randint(1, 10))) for _ in range(3000)]
+    runs += ["".join(chr(rng.randint(0x4E00, 0x9FD5)) for _ in range(rng.randint(1, 30))) for _ in range(2000)]
+    rare = [(0x3400, 0x4DBF), (0xF900, 0xFAFF), (0x9FD6, 0x9FFF)]
+    for _ in range(500):
+        chars = [chr(rng.randint(0x4E00, 0x9FD5)) for _ in range(rng.randint(1, 12))]
+        low, high = rng.choice(rare)
+        chars.insert(rng.randrange(len(chars) + 1), chr(rng.randint(low, high)))
+        runs.append("".join(chars))
+    return runs
+
+
+def test_chinese_runs_are_cut_exactly_as_the_python_jieba_cuts_them() -> None:
+    # The index's terms are jieba's whichever implementation ran: cached terms, old
+    # index rows and new queries all agree (derived.TOKENIZER_ID did not change).
+    differ = [run for run in _runs() if tk.cut_for_search(run) != _python_jieba(run)]
+    assert differ == []
+
+
+def test_runs_with_characters_outside_the_hmm_range_go_through_the_python_jieba(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # There the two implementations split unknown characters differently (rjieba not
+    # even the same way twice), so the Python package decides.
+    seen: list[str] = []
+
+    class Recording:
+        @staticmethod
+        def cut_for_search(run: str) -> list[str]:
+            seen.append(run)
+            return _python_jieba(run)
+
+    monkeypatch.setattr(tk, "_rjieba", Recording)
+    rare = "㳳襤㳎絼逸蠟"
+    assert tk.tokenize(f"用户{rare}喜欢") == _python_jieba(f"用户{rare}喜欢")
+    assert tk.tokenize("用户喜欢乌龙茶") == _python_jieba("用户喜欢乌龙茶")
+    assert seen == ["用户喜欢乌龙茶"]
 
 
 def test_it_counts_tokens_with_cl100k() -> None:

@@ -54,6 +54,33 @@ def server_error(request: HttpRequest) -> HttpResponse:
         return HttpResponse(render_to_string("500.html", {}), status=500)
 
 
+def index_unavailable(request: HttpRequest, message: str) -> HttpResponse:
+    """A page that needs the search index while it is being rebuilt (issue 34): 503 and
+    why, never a page that looks as if memory were empty."""
+    response = render(request, "503.html", {"reason": message}, status=503)
+    response["Retry-After"] = "5"
+    return response
+
+
+class IndexUnavailablePage:
+    """Dashboard pages that read the search index (preview, search playground, golden
+    queries) answer `index_unavailable` while it is rebuilt; the agents' doors answer
+    their own 503."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        from retrieval.indexdb import IndexUnavailable
+
+        if isinstance(exception, IndexUnavailable) and not request.path.startswith(NOT_PAGES):
+            return index_unavailable(request, exception.message)
+        return None
+
+
 class StyledNotFound:
     """With DEBUG on, a dashboard 404 (missing object or unknown URL) is the styled page.
 

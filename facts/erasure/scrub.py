@@ -16,26 +16,53 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
+from facts.storage import sqlitegen
+
 log = logging.getLogger(__name__)
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"
+# Files that are never SQLite databases: cards, profiles, lock files, temp files of
+# interrupted writes (`facts.storage.atomic`), and a database's own journals.
+_NOT_DATABASES = (".md", ".json", ".lock", "-wal", "-shm", "-journal")
 
 
 def sqlite_files(root: Path) -> list[Path]:
-    """Every SQLite database file under `root` (their -wal/-shm go with them)."""
+    """Every SQLite database file under `root` (their -wal/-shm go with them).
+
+    A file is recognised through SQLite itself, never by reading its header with a plain
+    `open()`: closing any descriptor of a file drops every POSIX lock this process holds
+    on it, SQLite's own included, and another process could then delete the WAL that this
+    one still uses ("How to corrupt a database file", §2.2). SQLite's own opens and closes
+    keep the locks of the process's other connections. A symbolic link (the stable name
+    of a derived file, `facts.storage.sqlitegen`) is not listed: the file it names is."""
     found = []
     for dirpath, _dirs, files in os.walk(root):
         for name in files:
             path = Path(dirpath) / name
-            if name.endswith(("-wal", "-shm", "-journal")):
+            if name.endswith(_NOT_DATABASES) or name.startswith(".tmp-") or path.is_symlink():
                 continue
-            try:
-                with open(path, "rb") as handle:
-                    if handle.read(16) == _SQLITE_MAGIC:
-                        found.append(path)
-            except OSError:
-                continue
+            if is_database(path):
+                found.append(path)
     return sorted(found)
+
+
+def is_database(path: Path) -> bool:
+    """Whether `path` is an SQLite database, asked of SQLite (read-only, no create)."""
+    try:
+        conn = sqlite3.connect(
+            f"{Path(os.path.abspath(path)).as_uri()}?mode=ro", uri=True, timeout=5, isolation_level=None
+        )
+    except sqlite3.Error:
+        return False
+    try:
+        conn.execute("PRAGMA schema_version").fetchone()
+        return True
+    except sqlite3.DatabaseError as exc:
+        # Busy or locked is a database another process is writing; anything else (not
+        # a database, unreadable) is not one to scrub.
+        text = str(exc).lower()
+        return "locked" in text or "busy" in text
+    finally:
+        conn.close()
 
 
 def scrub_sqlite(path: Path, *, timeout: float = 30.0) -> dict[str, Any]:
@@ -75,6 +102,16 @@ def scrub_sqlite(path: Path, *, timeout: float = 30.0) -> dict[str, Any]:
     }
 
 
+def sweep_generations(folder: Path) -> list[Path]:
+    """Delete the superseded generations of every derived file under `folder`
+    (`facts.storage.sqlitegen`): they still hold what the erasure removed from the current ones,
+    and no process opens them again."""
+    removed = []
+    for link in sqlitegen.links_under(folder):
+        removed += sqlitegen.sweep(link)
+    return removed
+
+
 def _django_sqlite_file() -> Path | None:
     if connection.vendor != "sqlite":
         return None
@@ -89,11 +126,14 @@ def scrub_bytes(root: Path) -> list[dict[str, Any]]:
     """`scrub_sqlite` on every SQLite file under MEMORY_ROOT and on Django's SQLite DB.
     PostgreSQL keeps dead tuples until (auto)vacuum: see docs/operations.md "Erasure and export"."""
     done = []
-    targets = sqlite_files(Path(root))
     # A machine-local search index (MEMORY_INDEX_DIR, docs/scaling.md) is outside the root.
     local_index = getattr(settings, "MEMORY_INDEX_DIR", "")
-    if local_index and Path(local_index).is_dir():
-        targets += [path for path in sqlite_files(Path(local_index)) if path not in targets]
+    folders = [Path(root)] + ([Path(local_index)] if local_index and Path(local_index).is_dir() else [])
+    for folder in folders:
+        sweep_generations(folder)
+    targets = sqlite_files(Path(root))
+    if len(folders) > 1:
+        targets += [path for path in sqlite_files(folders[1]) if path not in targets]
     db = _django_sqlite_file()
     if db is not None and db not in targets:
         targets.append(db)

@@ -3,8 +3,10 @@
 Each recorded run is judged again by the live gate (`facts.judging.runs.judge`, the code that
 judged it the first time), with its stored filtered conversation and model output,
 against memory as it stood when the run was first judged (`Snapshot`: the card and
-profile revisions older than that moment), and nothing is written. With the settings
-each run was recorded under, every verdict comes out as recorded.
+profile revisions older than that moment), and nothing is written. Runs judged in one
+batch (a backfill's group commit) are replayed in one plan, in their order, so each sees
+what the ones before it accepted, as it did. With the settings each run was recorded
+under, every verdict comes out as recorded.
 
 What is recorded, and what older runs lack: since migration 0006 a run stores the
 moment it was judged (`judged_at`, taken under the buckets' locks) and the threshold
@@ -16,7 +18,7 @@ from their snapshot, so a duplicate of it can show as a flip.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,16 +29,18 @@ from django.conf import settings
 from django.db.models import Min
 
 from facts import audit
-from facts.judging.plan import _bucket_filter
+from facts.judging.plan import Plan, _bucket_filter
 from facts.judging.runs import REVIEW_AUTO, REVIEW_MANUAL, Context, judge, threshold_in_force
 from facts.judging.schemas import Parsed, parse_update
 from facts.models import AuditEvent, Candidate, ExtractionRun, FactCard, FactRevision, GateSettings, ProfileRevision
 from facts.storage.cardfile import Card, parse_card
 from facts.storage.errors import CardParseError
 from facts.storage.profilefile import Profile
-from facts.storage.store import Bucket
+from facts.storage.store import Bucket, get_store
 
 ACCEPTED, PENDING, REJECTED = "accepted", "pending", "rejected"
+# Plans of the batches replayed last (a batch's runs are consecutive, or nearly).
+MAX_BATCHES = 16
 
 
 def outcome(verdict: str, review_state: str) -> str:
@@ -257,6 +261,11 @@ def backtest(
     `review_mode` None: as each run was judged."""
     report = Report()
     history = History()
+    # Runs judged in one batch (`runs.apply_runs`: a backfill's group commit) share their
+    # `judged_at`, and each saw what the ones before it accepted: a candidate repeating
+    # an earlier run's fact was a duplicate of a card no revision older than `judged_at`
+    # holds. They are replayed through one plan, in order, as they were judged.
+    batches: OrderedDict[datetime, Plan] = OrderedDict()
     for run in recorded_runs(since=since, until=until, user=user, agent=agent, max_runs=max_runs):
         recorded = list(run.candidates.order_by("pk"))
         at = run.judged_at
@@ -277,7 +286,15 @@ def backtest(
         if parsed is None:
             report.unreplayable.append(run.pk)
             continue
-        replayed = judge(run, parsed, ctx, Snapshot(at, exclude_reason=f"run {run.pk}", history=history))
+        memory = Snapshot(at, exclude_reason=f"run {run.pk}", history=history)
+        plan = None
+        if run.judged_at is not None:
+            plan = batches.get(run.judged_at)
+            if plan is None:
+                plan = batches[run.judged_at] = Plan(get_store(), memory)
+                if len(batches) > MAX_BATCHES:
+                    batches.popitem(last=False)
+        replayed = judge(run, parsed, ctx, memory, plan=plan)
         if len(replayed) != len(recorded) or any(
             (a.kind, a.position) != (b.kind, b.position) for a, b in zip(recorded, replayed, strict=False)
         ):

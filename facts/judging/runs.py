@@ -39,6 +39,7 @@ from facts.judging.schemas import FactCandidate, Parsed, SummaryCandidate
 from facts.models import Candidate, ExtractionRun, GateSettings
 from facts.storage import writer
 from facts.storage.cardfile import Card, Source, now_utc
+from facts.storage.fileread import too_large
 from facts.storage.profilefile import Profile, Section
 from facts.storage.store import Bucket, Store, get_store
 
@@ -242,10 +243,14 @@ def apply_runs(
     return judged
 
 
-def judge(run: ExtractionRun, parsed: Iterable[Parsed], ctx: Context, memory: Memory) -> list[Candidate]:
+def judge(
+    run: ExtractionRun, parsed: Iterable[Parsed], ctx: Context, memory: Memory, *, plan: Plan | None = None
+) -> list[Candidate]:
     """The verdicts `apply_run` would give, judged against `memory`, writing nothing:
-    the Candidate rows are returned unsaved (`facts.judging.backtest`)."""
-    plan = Plan(get_store(), memory)
+    the Candidate rows are returned unsaved (`facts.judging.backtest`). `plan`: the plan of the
+    runs judged before this one in the same batch (`apply_runs`), whose accepted cards
+    this one saw."""
+    plan = plan or Plan(get_store(), memory)
     rows, _summaries = _judge_run(plan, run, parsed, ctx, ctx_at(ctx))
     return rows
 
@@ -279,6 +284,11 @@ def _judge_run(
             )
         elif value is None:
             row.reasons = [INVALID]
+        elif isinstance(value, FactCandidate) and (problem := _too_large_for_a_card(value)):
+            # Judged alone, as any bad candidate: the card it would make could not be
+            # written (facts/storage/fileread.py), and a write that fails would fail the run.
+            row.reasons = [INVALID]
+            row.validation_error = problem
         elif isinstance(value, FactCandidate):
             reasons = judge_fact(value, ctx.rows, project_id=ctx.project_id, threshold=ctx.threshold)
             if value.scope != Scope.THREAD:
@@ -337,6 +347,17 @@ def _judge_run(
     for row, card in applied:
         row.fact_id = card.id
     return rows, summaries
+
+
+# What a card's file holds besides its content, key and evidence (front matter, ids),
+# generously: ids are at most API_MAX_ID_CHARS (200) each.
+_CARD_OVERHEAD_BYTES = 2048
+
+
+def _too_large_for_a_card(value: FactCandidate) -> str | None:
+    size = sum(len(part.encode("utf-8")) for part in (value.content, value.evidence_text, value.key))
+    problem = too_large(size + _CARD_OVERHEAD_BYTES)
+    return problem and f"its card would be too large: {problem.replace('the card is', 'about')}"
 
 
 def _initial_review_state(accepted: bool, reasons: list[str], auto: bool) -> str:

@@ -40,6 +40,7 @@ from facts.portability.archive import (
 )
 from facts.storage.cardfile import Card, parse_card
 from facts.storage.errors import CardParseError, InvalidId
+from facts.storage.fileread import too_large
 from facts.storage.ids import normalize_id
 from facts.storage.profilefile import Profile, parse_profile
 from facts.storage.store import Store
@@ -289,6 +290,8 @@ _PATHS = Store(Path("/nonexistent-root"))  # only for the paths a card belongs a
 def _parse_member(archive: Archive, name: str, kind: str, data: bytes) -> None:
     """One card or the profile: parsed, every string checked, placed where it says."""
     user_id = archive.user_id
+    if kind != "profile" and (problem := too_large(len(data))):
+        raise ImportRefused(f"{name}: {problem}")
     text = _text(name, data)
     if kind == "profile":
         document = _json(name, text)

@@ -26,6 +26,10 @@ class CardParseError(StoreError):
         self.message = message
 
 
+class CardTooLarge(CardParseError):
+    """A card over ``MEMORY_MAX_CARD_BYTES``: refused before anything is written."""
+
+
 class RevisionConflict(StoreError):
     """The file changed since the caller read it (a lost update was prevented)."""
 

@@ -28,6 +28,7 @@ from facts.storage import locks
 from facts.storage.atomic import atomic_write, remove_file
 from facts.storage.cardfile import Card, dump_card, parse_card
 from facts.storage.errors import CardParseError, InvalidId
+from facts.storage.fileread import ReadRefused, read_bounded
 from facts.storage.ids import check_fact_id, normalize_agent, normalize_id, shard
 from facts.storage.profilefile import Profile, dump_profile, parse_profile
 
@@ -94,9 +95,11 @@ class Store:
     # cards
     def read_card_at(self, path: Path) -> Card:
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_bounded(path).decode("utf-8")
         except UnicodeDecodeError:
             raise CardParseError(path, "file is not valid UTF-8") from None
+        except ReadRefused as exc:
+            raise CardParseError(path, exc.message) from None
         return parse_card(text, path)
 
     def read_card(self, bucket: Bucket, fact_id: str) -> Card | None:
@@ -143,9 +146,11 @@ class Store:
 
     def read_profile_at(self, path: Path) -> Profile:
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_bounded(path, what="profile").decode("utf-8")
         except UnicodeDecodeError:
             raise CardParseError(path, "file is not valid UTF-8") from None
+        except ReadRefused as exc:
+            raise CardParseError(path, exc.message) from None
         return parse_profile(text, path)
 
     def write_profile(self, profile: Profile) -> Path:

@@ -26,7 +26,8 @@ from facts.models import CardChange, FactCard, FactRevision, ProfileRevision, Pr
 from facts.storage import bulk, hooks
 from facts.storage.atomic import atomic_write_many, remove_file
 from facts.storage.cardfile import Card, dump_card, file_digest, now_utc
-from facts.storage.errors import InvalidId, RevisionConflict
+from facts.storage.errors import CardTooLarge, InvalidId, RevisionConflict
+from facts.storage.fileread import too_large
 from facts.storage.ids import normalize_agent
 from facts.storage.profilefile import Profile, dump_profile
 from facts.storage.store import Bucket, Store, get_store
@@ -229,6 +230,7 @@ def commit(
         # third card of a batch must not leave the first two written behind the
         # mirror's back.
         planned: list[tuple[Put | Delete, Path, Card | None, Card | None]] = []
+        texts: list[str | None] = []  # each planned card's file text
         pending: dict[str, Card | None] = {}  # a card named twice in one batch sees its first op
         for op in card_ops:
             path = store.card_path(op.card)
@@ -244,6 +246,12 @@ def commit(
                     card = card.model_copy(update={"revision": current.revision + 1})
             pending[op.card.id] = card
             planned.append((op, path, current, card))
+            # The size bound (`facts.storage.fileread`), before the first file is written too:
+            # a card too large to read back is never written.
+            text = dump_card(card) if card is not None else None
+            if text is not None and (problem := too_large(len(text.encode("utf-8")))):
+                raise CardTooLarge(path, f"{op.card.id}: {problem}")
+            texts.append(text)
         profile_puts = [_plan_profile(op, store) for op in profile_ops if isinstance(op, PutProfile)]
         try:
             for op, _path, current, card in planned:
@@ -257,9 +265,9 @@ def commit(
                         result.profiles_deleted.append(profile_op.user_id)
                     landed.profiles_deleted.append(profile_op.user_id)  # rows go even when the file had gone
             puts = [
-                (path, card, dump_card(card), op.reason or reason)
-                for op, path, _current, card in planned
-                if isinstance(op, Put) and card is not None
+                (path, card, text, op.reason or reason)
+                for (op, path, _current, card), text in zip(planned, texts, strict=True)
+                if isinstance(op, Put) and card is not None and text is not None
             ]
 
             # The index listeners tokenize while the disk works on the files. The

@@ -12,7 +12,8 @@ from facts.erasure.guard import running_for
 from facts.erasure.plan import Plan, plan
 from facts.erasure.run import erase
 from facts.erasure.scope import Scope
-from facts.intake.people import PersonError, person_id
+from facts.intake.people import NoSuchPerson, PersonError, person_id
+from facts.models import Erasure
 from facts.storage.errors import InvalidId
 
 SHOWN_IDS = 20
@@ -38,6 +39,14 @@ class Command(BaseCommand):
             # Someone memory holds something about, or a one-line refusal: never an
             # erasure of nobody ("0 item(s) removed").
             person_id(options["user"])
+        except NoSuchPerson as exc:
+            done = Erasure.objects.filter(user_id=options["user"], status=Erasure.Status.DONE).order_by("-id").first()
+            if done is None or not options["yes"]:
+                raise CommandError(str(exc)) from None
+            # A rerun after an erasure that finished (its process killed before it said
+            # so): nothing is left, and that is success, not an error.
+            self.stdout.write(f"Nothing left to erase: erasure {done.id} of this user finished at {done.finished_at}.")
+            return
         except PersonError as exc:
             raise CommandError(str(exc)) from None
         try:

@@ -67,6 +67,10 @@ class Command(BaseCommand):
             else:
                 self.stdout.write(f"Created the administrator '{username}' with the password {origin}.")
         store_empty = not any(settings.MEMORY_ROOT.glob("users/*")) and not any(settings.MEMORY_ROOT.glob("projects/*"))
+        if store_empty:
+            from retrieval import index
+
+            index.connection()  # an empty store's empty index, made now: the demo's writes go to it
         if store_empty and not FactCard.objects.exists() and not ProfileSection.objects.exists():
             if options["no_demo"]:
                 return

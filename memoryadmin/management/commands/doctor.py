@@ -210,7 +210,18 @@ class Doctor:
 
     def check_index(self) -> None:
         from memoryadmin import rebuild
+        from retrieval.indexdb import status
 
+        state = status(rebuild=False)
+        if state["state"] != "ready":
+            # Agents are answered 503 until a rebuild publishes a new index.
+            self.fail(
+                "index",
+                f"{state['message']}"
+                if state["rebuilding"]
+                else f"the search index is {state['state']}: "
+                "readers answer 503; it is rebuilt at the next read, or run `manage.py reindex`",
+            )
         report = rebuild.check()
         for name, drift in report.parts.items():
             if drift.clean:

@@ -19,6 +19,14 @@ from memoryadmin import rebuild
 
 EXIT_DRIFT = 1
 EXIT_UNREADABLE = 2
+# What each step of a rebuild is called on the terminal (`rebuild.Phase`).
+STEPS = {
+    "files": "reading files",
+    "mirror": "writing the mirror",
+    "embedding": "embedding cards",
+    "index": "writing the search index",
+    "catch-up": "catching up with writes made meanwhile",
+}
 
 
 class Command(BaseCommand):
@@ -43,14 +51,28 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         bar: tqdm | None = None
+        quiet = options["no_progress"] or options["json"]
+        step = ["files"]
 
         def progress(done: int, total: int) -> None:
             nonlocal bar
-            if options["no_progress"] or options["json"]:
+            if quiet:
                 return
             if bar is None:
-                bar = tqdm(total=total, unit="card", desc="reading files", file=self.stderr._out)
+                bar = tqdm(total=total, unit="card", desc=STEPS[step[0]], file=self.stderr._out)
             bar.update(done - bar.n)
+
+        def phase(name: str) -> None:
+            # A bar per counted step (reading the files, embedding); a line for the others.
+            nonlocal bar
+            step[0] = name
+            if quiet:
+                return
+            if bar is not None:
+                bar.close()
+                bar = None
+            if name not in ("files", "embedding"):
+                self.stderr.write(f"{STEPS.get(name, name)}…")
 
         started = time.monotonic()
         if options["check"]:
@@ -62,7 +84,7 @@ class Command(BaseCommand):
             if not report.in_step:
                 raise CommandError("drift found between the files and their copies", returncode=EXIT_DRIFT)
             return
-        result = rebuild.rebuild(progress=progress, actor="reindex", no_cache=options["no_cache"])
+        result = rebuild.rebuild(progress=progress, actor="reindex", no_cache=options["no_cache"], phase=phase)
         if bar is not None:
             bar.close()
         elapsed = time.monotonic() - started

@@ -31,7 +31,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         from django.core.wsgi import get_wsgi_application
         from django.urls import get_resolver
-        from waitress import create_server
+        from waitress.server import BaseWSGIServer, create_server
 
         from retrieval.tokenize import warm
 
@@ -44,10 +44,73 @@ class Command(BaseCommand):
         application = get_wsgi_application()
         # Every view imported now, not by the first request racing the loads.
         get_resolver().url_patterns  # noqa: B018 (the property imports the URLconf)
-        server = create_server(application, listen=listen, **web_server_options())
+        per_address = 0 if settings.WEB_TRUSTED_PROXY else int(settings.WEB_CONNECTIONS_PER_ADDRESS)
+        self.stdout.write(
+            f"Serving on {listen} with waitress ({settings.WEB_THREADS} threads, "
+            f"{settings.WEB_CONNECTION_LIMIT} connections"
+            + (f", {per_address} per client address)" if per_address else ")")
+        )
+        sockets: dict[int, Any] = {}
+        server = create_server(application, map=sockets, listen=listen, **web_server_options())
+        if per_address:
+            channel = limited_channel(per_address)
+            for dispatcher in list(sockets.values()):
+                if isinstance(dispatcher, BaseWSGIServer):
+                    dispatcher.channel_class = channel
         threading.Thread(target=warm, kwargs={"queries": True}, name="warm", daemon=True).start()
-        self.stdout.write(f"Serving on {listen} with waitress ({settings.WEB_THREADS} threads)")
         server.run()
+
+
+def limited_channel(per_address: int) -> type:
+    """waitress's connection class, refusing a connection at once (closing it unread)
+    when its client address already holds `per_address` open connections: one client
+    cannot fill WEB_CONNECTION_LIMIT with idle connections and starve every other
+    client (issue 34: 1,000 idle connections made every new request time out). Behind
+    a reverse proxy every connection comes from the proxy, so it is off there: the
+    proxy limits each client (docs/operations.md)."""
+    import threading
+    from collections import Counter
+
+    from waitress.channel import HTTPChannel
+
+    held: Counter[str] = Counter()
+    lock = threading.Lock()
+    refused = [0]
+
+    class PerAddressLimitedChannel(HTTPChannel):
+        counted: str | None = None
+
+        def __init__(self, server: Any, sock: Any, addr: Any, adj: Any, map: Any = None) -> None:
+            host = addr[0] if isinstance(addr, tuple) else str(addr)
+            with lock:
+                over = held[host] >= per_address
+                if not over:
+                    held[host] += 1
+            if over:
+                sock.close()  # never registered with the server: nothing else to undo
+                refused[0] += 1
+                if refused[0] in (1, 10, 100) or refused[0] % 1000 == 0:
+                    server.logger.warning(
+                        "refused %d connection(s) from addresses holding %d open (WEB_CONNECTIONS_PER_ADDRESS)",
+                        refused[0],
+                        per_address,
+                    )
+                return
+            self.counted = host
+            super().__init__(server, sock, addr, adj, map)
+
+        def del_channel(self, map: Any = None) -> None:
+            # Every way a connection closes ends here (waitress's handle_close calls the
+            # base class's close, which calls this).
+            host, self.counted = self.counted, None
+            if host is not None:
+                with lock:
+                    held[host] -= 1
+                    if held[host] <= 0:
+                        del held[host]
+            super().del_channel(map)
+
+    return PerAddressLimitedChannel
 
 
 def web_server_options() -> dict[str, Any]:

@@ -39,15 +39,15 @@ class Command(BaseCommand):
             self.stdout.write("no matching facts")
             return
         for hit in hits:
-            if hit.fused is None:
-                relevance = f"bm25 {hit.bm25:.4f}"
-            else:
-                lexical = "—" if hit.lexical_rank is None else f"#{hit.lexical_rank} (bm25 {hit.bm25:.4f})"
-                vector = "—" if hit.vector_rank is None else f"#{hit.vector_rank} (cosine {hit.similarity:.3f})"
-                relevance = f"fused {hit.fused:.4f} [lexical {lexical}, vector {vector}]"
+            lexical = (
+                "—" if hit.lexical_rank is None else f"{hit.lexical:.4f} (#{hit.lexical_rank}, bm25 {hit.bm25:.4f})"
+            )
+            vector = (
+                "—" if hit.vector is None else f"{hit.vector:.4f} (#{hit.vector_rank}, cosine {hit.similarity:.3f})"
+            )
             self.stdout.write(
                 f"{hit.score:8.4f}  {hit.id}  [{hit.category}] {hit.content}\n"
-                f"          {relevance} × decay {hit.decay:.3f} + 0.2 × confidence {hit.confidence:.2f}"
-                f" ({hit.confidence_part:.3f}); created {hit.created_at:%Y-%m-%d}"
+                f"          relevance {hit.fused:.4f} [lexical {lexical}, vector {vector}] × decay {hit.decay:.3f}"
+                f" + confidence {hit.confidence:.2f} ({hit.confidence_part:.3f}); created {hit.created_at:%Y-%m-%d}"
             )
         self.stderr.write(json.dumps({"results": len(hits)}))
