@@ -9,9 +9,10 @@ class RetrievalConfig(AppConfig):
         # The index follows every committed write (docs/design.md §3). Registered here so
         # the write side never imports the read side.
         from facts import mirror
+        from facts.erasure import extra
         from facts.storage import hooks
 
-        from . import follow, index, scancache, tokenize
+        from . import follow, golden, index, scancache, tokenize
 
         hooks.on_cards_changed(index.on_cards_changed)
         hooks.on_cards_writing(index.prepare)
@@ -26,3 +27,5 @@ class RetrievalConfig(AppConfig):
         mirror.add_scan_extra(index.SCAN_EXTRA, index.scan_row, prepare=index.scan_prepare)
         # And files it has seen before are not parsed again (their digest names them).
         mirror.set_scan_cache(scancache.lookup)
+        # Saved search checks name cards and users: an erasure finds and deletes them too.
+        extra.register("golden_queries", find=golden.erased_by, delete=golden.delete_erased)
