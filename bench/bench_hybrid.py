@@ -52,7 +52,7 @@ def quality() -> dict:
     django.setup()
     from django.conf import settings
 
-    from retrieval import index
+    from retrieval import indexconn
     from tests import hybrid_eval
 
     data = hybrid_eval.load()
@@ -61,10 +61,10 @@ def quality() -> dict:
         with tempfile.TemporaryDirectory() as root:
             settings.MEMORY_ROOT = Path(root)
             settings.MEMORY_EMBEDDINGS = on
-            index.reset()
+            indexconn.reset()
             hybrid_eval.index_facts(data)
             result = hybrid_eval.run(data)
-            index.reset()
+            indexconn.reset()
         result.pop("misses")
         figures[name] = result
         print(f"== {name} search on {len(data['queries'])} labelled queries", flush=True)
@@ -79,11 +79,11 @@ import django
 django.setup()
 from facts import mirror
 from facts.storage.store import get_store
-from retrieval import index
+from retrieval import indexbuild
 t = time.monotonic()
 snap = mirror.snapshot(get_store())
 scanned = time.monotonic()
-res = index.rebuild_from_snapshot(snap, no_cache=sys.argv[1] == "cold")
+res = indexbuild.rebuild_from_snapshot(snap, no_cache=sys.argv[1] == "cold")
 wall = time.monotonic() - t
 me = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"cards": res["indexed"], "seconds": wall, "scan_seconds": scanned - t, "peak_mb": me.ru_maxrss / 1024}))
@@ -203,17 +203,17 @@ def serve(queries_file: Path) -> None:
     import django
 
     django.setup()
-    from retrieval import index, vectors
+    from retrieval import indexconn, reads, vectors
     from retrieval.search import search
-    from retrieval.tokenize import warm
+    from retrieval.warmup import warm
 
     queries = json.loads(queries_file.read_text())
     figures: dict = {}
-    index.reset()
+    indexconn.reset()
     # As the web process does (memoryadmin/wsgi.py): jieba, tiktoken (memory_search's
     # answers are token-capped), the model and its query path.
     warm(queries=True)
-    print(f"index rows: {index.count()}", flush=True)
+    print(f"index rows: {reads.count()}", flush=True)
     figures["warm_rss_mb"] = round(_rss_mb())
 
     def runs(rows: list[list[str]]) -> list[Callable[[], object]]:

@@ -74,7 +74,7 @@ def warm_up() -> None:
     """Imports, jieba's dictionary, the index file and the first connection (not
     measured: a worker process pays them once, at start-up)."""
     from facts.judging.pipeline import run_turns_now
-    from retrieval.tokenize import warm
+    from retrieval.warmup import warm
 
     warm()
 

@@ -13,7 +13,7 @@ from typing import Any
 from facts import mirror
 from facts.mirror import Drift, FileSnapshot
 from facts.storage.store import get_store
-from retrieval import derived, index
+from retrieval import derived, indexbuild, indexdrift, indexrows
 
 Progress = Callable[[int, int], None]
 # Told each step of a rebuild as it starts: "files" (reading them), "mirror", "embedding"
@@ -65,13 +65,13 @@ class RebuildResult:
 def _compare(snap: FileSnapshot) -> CheckReport:
     report = CheckReport(unreadable=list(snap.unreadable))
     report.parts["mirror"] = mirror.mirror_drift(snap)
-    report.parts["index"] = index.drift(snap)
+    report.parts["index"] = indexdrift.drift(snap)
     # Sentence vectors (issue 19): only when embeddings are on.
-    vector_drift = index.vector_drift(snap)
+    vector_drift = indexdrift.vector_drift(snap)
     if vector_drift is not None:
         report.parts["vectors"] = vector_drift
     # The cache of derived data (issue 23): entries that disagree with their text.
-    report.parts["cache"] = index.cache_drift(snap)
+    report.parts["cache"] = indexdrift.cache_drift(snap)
     return report
 
 
@@ -108,10 +108,10 @@ def _rebuild(*, progress: Progress | None, actor: str, no_cache: bool, phase: Ph
     with derived.mode("bypass" if no_cache else "use"):
         snap = mirror.snapshot(store, progress=progress)
     # Hand edits are committed again below (a revision each): with the scan's terms.
-    index.remember_scanned(snap)
+    indexrows.remember_scanned(snap)
     # The vectors the cache lacks (every card's, the first time: minutes of CPU) are
     # embedded on every core while this process writes the mirror.
-    ahead = index.embed_ahead(snap, no_cache=no_cache)
+    ahead = indexbuild.embed_ahead(snap, no_cache=no_cache)
     try:
         phase("mirror")
         # `no_cache` also rewrites every mirror row, not only those whose file changed.
@@ -129,7 +129,7 @@ def _rebuild(*, progress: Progress | None, actor: str, no_cache: bool, phase: Ph
     if ahead is not None:
         result.extra["embedded"] = ahead.total
     phase("index")
-    result.extra.update(index.rebuild_from_snapshot(snap, progress=None, no_cache=no_cache, ahead=ahead))
+    result.extra.update(indexbuild.rebuild_from_snapshot(snap, progress=None, no_cache=no_cache, ahead=ahead))
     # Commits made while the rebuild ran would otherwise be undone in mirror and index.
     phase("catch-up")
     result.extra["caught_up"] = mirror.catch_up(store, snap)

@@ -28,11 +28,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from .render import fact_tail_tokens
+from .factline import fact_tail_tokens
+from .indexpaths import index_path
 from .tokenize import document_terms
 
 # Part of every terms hash: bump it whenever `document_terms` would give other tokens
-# (dictionary, stemmer, stop-words in documents) or `render.fact_tail` another line, and
+# (dictionary, stemmer, stop-words in documents) or `factline.fact_tail` another line, and
 # every cached entry is a miss.
 TOKENIZER_ID = "jieba-snowball-cl100k-2"
 CACHE_FILE = "vectors.sqlite3"
@@ -52,7 +53,7 @@ class Terms(NamedTuple):
 
     hash: str
     terms: str
-    ntok: int  # tokens of the card's fact line after its category (`render.fact_tail_tokens`)
+    ntok: int  # tokens of the card's fact line after its category (`factline.fact_tail_tokens`)
     fresh: bool = True
     corrupt: bool = False
 
@@ -95,8 +96,6 @@ READ_MMAP_BYTES = 1 << 30  # SQLite maps no more than the file's size
 
 def _cache_path() -> Path:
     # Beside the index, wherever it is (MEMORY_INDEX_DIR on several machines).
-    from .indexdb import index_path
-
     return index_path().parent / CACHE_FILE
 
 

@@ -1,6 +1,6 @@
 """Reads of the search index: lexical BM25 candidates, vector ranking, and the rows
-the render and the search show. Split out of `retrieval.index` (issue 17's size rule);
-`retrieval.index` re-exports these names.
+the render and the search show, each through this thread's connection
+(`retrieval.indexconn.retrying`).
 """
 
 from __future__ import annotations
@@ -12,21 +12,16 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import vectors
-from .indexdb import QUEUE_CORRECTIONS, QUEUE_OTHERS, _retrying
+from .indexconn import retrying
+from .indexdb import QUEUE_CORRECTIONS, QUEUE_OTHERS
+from .indexrows import scope_term
 from .tokenize import quote
-
-
-def _scope_term(bucket: str) -> str:
-    from .index import scope_term
-
-    return scope_term(bucket)
-
 
 # --- reads --------------------------------------------------------------------------
 
 
 def _match(terms: Sequence[str], scopes: Sequence[str]) -> str:
-    scope = " OR ".join(quote(_scope_term(b)) for b in scopes)
+    scope = " OR ".join(quote(scope_term(b)) for b in scopes)
     words = " OR ".join(quote(t) for t in terms)
     return f"scope : ({scope}) AND terms : ({words})"
 
@@ -72,7 +67,7 @@ def lexical(terms: Sequence[str], buckets: Sequence[str], *, limit: int, now_ts:
         totals = dict(conn.execute("SELECT name, value FROM stats").fetchall())
         return rows, freq, totals
 
-    result = _retrying(run)
+    result = retrying(run)
     assert isinstance(result, tuple)
     rows, freq, totals = result
     if not rows:
@@ -129,7 +124,7 @@ def bucket_queues(buckets: Sequence[str], now_ts: float) -> tuple[list[str], lis
             ids(past),
         )
 
-    result = _retrying(run)
+    result = retrying(run)
     assert isinstance(result, tuple)
     return result
 
@@ -149,13 +144,13 @@ def contents(ids: Sequence[str], buckets: Sequence[str] = ()) -> dict[str, tuple
         where = ", ".join("?" * len(buckets))
         sql = f"SELECT id, category, content, ntok FROM cards INDEXED BY cards_bucket WHERE bucket IN ({where}) AND id IN ({marks})"
         args = (*buckets, *ids)
-    rows = _retrying(lambda conn: conn.execute(sql, args).fetchall())
+    rows = retrying(lambda conn: conn.execute(sql, args).fetchall())
     assert isinstance(rows, list)
     return {row[0]: row[1:] for row in rows}
 
 
 def count() -> int:
-    return int(_retrying(lambda conn: conn.execute("SELECT count(*) FROM cards").fetchone()[0]))  # type: ignore[call-overload]
+    return int(retrying(lambda conn: conn.execute("SELECT count(*) FROM cards").fetchone()[0]))  # type: ignore[call-overload]
 
 
 def card_fields(ids: Sequence[str]) -> dict[str, tuple[str, str, float, str]]:
@@ -164,7 +159,7 @@ def card_fields(ids: Sequence[str]) -> dict[str, tuple[str, str, float, str]]:
         return {}
     marks = ", ".join("?" * len(ids))
     sql = f"SELECT id, content, category, confidence, created_at FROM cards WHERE id IN ({marks})"
-    rows = _retrying(lambda conn: conn.execute(sql, tuple(ids)).fetchall())
+    rows = retrying(lambda conn: conn.execute(sql, tuple(ids)).fetchall())
     assert isinstance(rows, list)
     return {row[0]: tuple(row[1:]) for row in rows}
 
@@ -175,7 +170,7 @@ def vector_scores(query: str, buckets: Sequence[str], *, now_ts: float) -> tuple
     if not buckets:
         return [], np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.float32)
     vectors.query_vector(query)  # embed before touching the index: a retry must not embed twice
-    result = _retrying(lambda conn: vectors.scores(conn, query, buckets, now_ts=now_ts))
+    result = retrying(lambda conn: vectors.scores(conn, query, buckets, now_ts=now_ts))
     assert isinstance(result, tuple)
     return result
 
@@ -186,6 +181,6 @@ def vector_ranking(query: str, buckets: Sequence[str], *, now_ts: float) -> list
         return []
     # Embed before touching the index: a corruption retry must not embed twice.
     vectors.query_vector(query)
-    result = _retrying(lambda conn: vectors.rank(conn, query, buckets, now_ts=now_ts))
+    result = retrying(lambda conn: vectors.rank(conn, query, buckets, now_ts=now_ts))
     assert isinstance(result, list)
     return result

@@ -136,7 +136,7 @@ def _share_table(encoder: Any) -> None:
         table = backend.table
         if not isinstance(table, np.ndarray) or table.dtype != np.uint8 or table.ndim != 2:
             return
-        from .indexdb import index_path
+        from .indexpaths import index_path
 
         digest = hashlib.sha256(table.data).hexdigest()[:16]
         path = index_path().parent / f"usem3-table-{digest}.npy"
@@ -305,7 +305,7 @@ def attach(conn: sqlite3.Connection, folder: Path) -> Path:
 
 
 # Cache generations this process found corrupt under a query (set by
-# `retrieval.indexdb._retrying`: a corruption error does not say which attached file it
+# `retrieval.indexconn.retrying`: a corruption error does not say which attached file it
 # came from, so the index's rebuild replaces the cache too).
 bad: set[tuple[int, int]] = set()
 

@@ -13,7 +13,7 @@ from facts.models import FactCard
 from facts.storage.store import Bucket, Store
 from facts.storage.writer import delete_card, save_card, update_card
 from memoryadmin import rebuild
-from retrieval import index
+from retrieval import indexdrift
 
 pytestmark = pytest.mark.django_db
 
@@ -50,7 +50,7 @@ def test_a_rebuild_keeps_commits_that_landed_while_it_ran(writes_during_the_scan
     assert not FactCard.objects.filter(id=landed["deleted"].id).exists()
     fresh = _fresh_snapshot(store)
     assert mirror.mirror_drift(fresh).clean
-    assert index.drift(fresh).clean, "the search index lost a commit made during the rebuild"
+    assert indexdrift.drift(fresh).clean, "the search index lost a commit made during the rebuild"
 
 
 def _fresh_snapshot(store: Store) -> mirror.FileSnapshot:

@@ -14,7 +14,7 @@ from django.core.management.base import CommandError
 
 from facts.storage.store import Bucket, Store
 from facts.storage.writer import delete_card, save_card, update_card
-from retrieval import index, vectors
+from retrieval import indexconn, vectors
 from retrieval.search import memory_search_json, search
 from tests.conftest import FIXED_NOW
 from tests.conftest import reindex_check as _check
@@ -27,7 +27,7 @@ def _found(query: str, user: str = "alice") -> list[str]:
 
 
 def _cached_hashes() -> set[str]:
-    return {h for (h,) in index.connection().execute("SELECT hash FROM vc.vectors")}
+    return {h for (h,) in indexconn.connection().execute("SELECT hash FROM vc.vectors")}
 
 
 def test_it_finds_an_english_fact_for_a_chinese_question(embeddings: None, make_card) -> None:
@@ -79,7 +79,7 @@ def test_reindex_check_reports_vector_drift_and_reindex_repairs_it(embeddings: N
     lost = save_card(make_card(content="Keeps notes in Obsidian."), actor="t")
     stale = save_card(make_card(content="Runs 5 km every morning."), actor="t")
     save_card(make_card(content="Drinks oolong tea."), actor="t")
-    conn = index.connection()
+    conn = indexconn.connection()
     conn.execute("DELETE FROM vc.vectors WHERE hash = ?", (vectors.content_hash(lost.content),))
     conn.execute("UPDATE cards SET vhash = 'x' WHERE id = ?", (stale.id,))
     code, report = _check()
@@ -106,7 +106,7 @@ def test_a_rebuild_embeds_only_texts_it_has_not_seen(
     monkeypatch.setattr(vectors, "embed", counting)
     call_command("reindex", "--no-progress", stdout=StringIO())
     assert embedded == []
-    index.connection().execute("DELETE FROM vc.vectors")  # the cache file lost
+    indexconn.connection().execute("DELETE FROM vc.vectors")  # the cache file lost
     vectors._recent.clear()  # and the process that wrote the cards gone
     call_command("reindex", "--no-progress", stdout=StringIO())
     assert len(embedded) == 4
@@ -121,7 +121,7 @@ def test_a_first_index_embeds_on_worker_processes_while_the_mirror_is_written(
     from memoryadmin import rebuild
 
     cards = [save_card(make_card(content=f"用户的第{n}个事实 about deployments {n}."), actor="t") for n in range(7)]
-    index.connection().execute("DELETE FROM vc.vectors")  # a first index: nothing cached
+    indexconn.connection().execute("DELETE FROM vc.vectors")  # a first index: nothing cached
     vectors._recent.clear()
     # Few cards: let them go through the worker processes anyway, two a batch.
     monkeypatch.setattr(vectors, "PARALLEL_MIN_TEXTS", 1)
@@ -144,7 +144,7 @@ def test_a_first_index_embeds_on_worker_processes_while_the_mirror_is_written(
     assert _found("用户的第3个事实")[0] == cards[3].id
     assert _check()[0] == 0
     # The vectors are the batch path's, as the write path made them.
-    rows = dict(index.connection().execute("SELECT hash, vec FROM vc.vectors"))
+    rows = dict(indexconn.connection().execute("SELECT hash, vec FROM vc.vectors"))
     made = vectors.from_blobs([rows[vectors.content_hash(card.content)] for card in cards])
     assert float(abs(made - real([card.content for card in cards])).max()) <= 1e-3
 
@@ -255,7 +255,7 @@ def test_a_rebuild_that_fails_while_cards_are_embedded_stops_the_workers(
 
     for n in range(3):
         save_card(make_card(content=f"Fact {n} about the failing rebuild."), actor="t")
-    index.connection().execute("DELETE FROM vc.vectors")
+    indexconn.connection().execute("DELETE FROM vc.vectors")
     vectors._recent.clear()
     monkeypatch.setattr(vectors, "PARALLEL_MIN_TEXTS", 1)
     started: list[vectors.Embedding] = []

@@ -157,6 +157,21 @@ def test_facts_never_imports_retrieval() -> None:
     assert not found, "the write side imports the read side (register a hook instead):\n" + "\n".join(found)
 
 
+def test_the_read_side_imports_without_a_cycle() -> None:
+    modules = read_modules(ROOT, "retrieval")
+    assert len(modules) > 20 and "retrieval.index" in modules
+    found = cycles(modules)
+    assert not found, "import cycles in retrieval/:\n" + "\n".join(" ↔ ".join(c) for c in found)
+
+
+def test_no_module_of_facts_or_retrieval_takes_another_modules_private_names() -> None:
+    found = [
+        *private_imports(read_modules(ROOT, "facts"), PROJECT),
+        *private_imports(read_modules(ROOT, "retrieval"), PROJECT),
+    ]
+    assert not found, "private names used across modules (make them public where they live):\n" + "\n".join(found)
+
+
 # --- the checks catch what they are for ----------------------------------------------
 
 

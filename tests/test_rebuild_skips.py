@@ -61,13 +61,13 @@ def test_a_tampered_mirror_row_is_put_right_by_reindex_no_cache(make_card) -> No
 
 
 def test_a_hand_edited_card_is_tokenized_once_by_reindex(store: Store, make_card, monkeypatch) -> None:
-    from retrieval import derived, index
+    from retrieval import derived, indexrows
     from retrieval.search import search
 
     card = save_card(make_card(content="Prefers spaces."), actor="seed")
     path = store.card_path(card)
     path.write_text(path.read_text().replace("Prefers spaces.", "Prefers tabs, edited by hand."))
-    index._recent_terms.clear()
+    indexrows._recent_terms.clear()
     seen: list[str] = []
     real = derived.document_terms
 

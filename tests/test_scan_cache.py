@@ -12,7 +12,7 @@ import pytest
 from facts import mirror
 from facts.storage.store import Store
 from facts.storage.writer import delete_card, save_card
-from retrieval import derived, index
+from retrieval import derived, indexconn, indexrows
 from retrieval.search import search
 from tests.conftest import FIXED_NOW
 from tests.conftest import reindex_check as _check
@@ -40,7 +40,7 @@ def _found(query: str) -> list[str]:
 
 
 def _entries() -> dict[str, tuple]:
-    rows = index.connection().execute("SELECT fact_id, entry FROM vc.scans").fetchall()
+    rows = indexconn.connection().execute("SELECT fact_id, entry FROM vc.scans").fetchall()
     return {fact_id: marshal.loads(entry) for fact_id, entry in rows}
 
 
@@ -71,10 +71,10 @@ def test_what_the_cache_gives_is_what_parsing_gives(make_card, store: Store) -> 
     assert not any(item.cached for item in parsed_again.cards.values())
     for fact_id, item in parsed_again.cards.items():
         hit = from_cache.cards[fact_id]
-        assert (hit.digest, hit.ident, hit.extra[index.SCAN_EXTRA].row) == (
+        assert (hit.digest, hit.ident, hit.extra[indexrows.SCAN_EXTRA].row) == (
             item.digest,
             item.ident,
-            item.extra[index.SCAN_EXTRA].row,
+            item.extra[indexrows.SCAN_EXTRA].row,
         )
         # The card itself is parsed from the text on first use, and is the same.
         assert hit.card == item.card
@@ -98,7 +98,7 @@ def test_a_hand_edit_is_parsed_again_and_its_old_entry_goes(make_card, store: St
     parsed.clear()
     _reindex()
     assert parsed == [store.relative(store.card_path(card))]
-    assert _entries()[card.id][1][index._CONTENT] == "Prefers spaces, four of them."
+    assert _entries()[card.id][1][indexrows.CONTENT] == "Prefers spaces, four of them."
 
 
 def test_the_parallel_scan_uses_it(make_card, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -128,10 +128,10 @@ def test_check_reports_a_tampered_entry_and_no_cache_repairs_it(make_card) -> No
     card = save_card(make_card(content="Writes backend services in Go."), actor="t")
     save_card(make_card(content="Drinks coffee black."), actor="t")
     _reindex()
-    conn = index.connection()
+    conn = indexconn.connection()
     ident, row = _entries()[card.id]
     forged = marshal.dumps(
-        (ident, (*row[: index._CONTENT], "Writes backend services in Rust.", *row[index._CONTENT + 1 :]))
+        (ident, (*row[: indexrows.CONTENT], "Writes backend services in Rust.", *row[indexrows.CONTENT + 1 :]))
     )
     conn.execute("UPDATE vc.scans SET entry = ? WHERE fact_id = ?", (forged, card.id))
 
@@ -140,13 +140,13 @@ def test_check_reports_a_tampered_entry_and_no_cache_repairs_it(make_card) -> No
     assert code == 1 and report["cache"]["changed"] == [card.id]
     _reindex("--no-cache")
     assert _check()[0] == 0
-    assert _entries()[card.id][1][index._CONTENT] == "Writes backend services in Go."
+    assert _entries()[card.id][1][indexrows.CONTENT] == "Writes backend services in Go."
 
 
 def test_a_damaged_entry_is_a_miss_not_a_failure(make_card, parsed: list[str]) -> None:
     card = save_card(make_card(content="Writes backend services in Go."), actor="t")
     _reindex()
-    index.connection().execute("UPDATE vc.scans SET entry = x'00ff' WHERE fact_id = ?", (card.id,))
+    indexconn.connection().execute("UPDATE vc.scans SET entry = x'00ff' WHERE fact_id = ?", (card.id,))
     parsed.clear()
     _reindex()
     assert len(parsed) == 1 and _found("backend") == [card.id]
@@ -161,7 +161,7 @@ def test_removing_a_card_leaves_none_of_its_text_in_the_scan_cache(make_card, st
     delete_card(card, actor="t")
 
     assert list(_entries()) == [keep.id]
-    blobs = b"".join(entry for (entry,) in index.connection().execute("SELECT entry FROM vc.scans"))
+    blobs = b"".join(entry for (entry,) in indexconn.connection().execute("SELECT entry FROM vc.scans"))
     assert b"Bluebird" not in blobs and b"bluebird" not in blobs
 
 

@@ -171,7 +171,7 @@ class Doctor:
         """Several machines (docs/scaling.md): the root's locks must hold across
         machines, and the search index must be machine-local."""
         from memoryadmin import sharedroot
-        from retrieval.indexdb import index_path
+        from retrieval.indexpaths import index_path
 
         root = Path(settings.MEMORY_ROOT)
         if not root.is_dir():
@@ -210,7 +210,7 @@ class Doctor:
 
     def check_index(self) -> None:
         from memoryadmin import rebuild
-        from retrieval.indexdb import status
+        from retrieval.indexconn import status
 
         state = status(rebuild=False)
         if state["state"] != "ready":

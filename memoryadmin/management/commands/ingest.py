@@ -1,7 +1,7 @@
 """Batch ingestion for backfills and demos: one turn per JSON line, run synchronously.
 
 A project command (not `facts`'): with several workers it warms the read side's
-tokenizers before forking (`retrieval.tokenize.warm`), and the write side never imports
+tokenizers before forking (`retrieval.warmup.warm`), and the write side never imports
 the read side."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from facts import tenancy
 from facts.intake.turns import CleanTurn, TurnRejected, clean_turn
 from facts.judging.extraction import ExtractionError
 from facts.judging.pipeline import REPLAY_BATCH, run_replays, run_turns_now
-from retrieval.tokenize import warm
+from retrieval.warmup import warm
 
 FIELDS = {"user_id", "agent_name", "thread_id", "project_id", "messages", "created_at", "model_output"}
 
