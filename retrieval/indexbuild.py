@@ -16,7 +16,7 @@ from facts.storage import sqlitegen
 from facts.storage.atomic import make_private_dirs
 from facts.storage.store import Store
 
-from . import derived, vectors
+from . import derived, embedding, embedmany
 from .indexdb import (
     SETTLE_S,
     bad,
@@ -34,17 +34,17 @@ from .indexrows import CONTENT, VHASH, indexed, row_for, scanned_rows
 from .indexwrite import Progress, apply, fill
 
 
-def embed_ahead(snap: FileSnapshot, *, no_cache: bool = False) -> vectors.Embedding | None:
+def embed_ahead(snap: FileSnapshot, *, no_cache: bool = False) -> embedmany.Embedding | None:
     """Start embedding the cards of `snap` whose vector the cache lacks (all of them
     with `no_cache`) on every core, while the caller does other work (the mirror);
     `rebuild_from_snapshot(..., ahead=)` waits for it. None when there is little to
     embed: the rebuild does that itself."""
-    if not vectors.enabled():
+    if not embedding.enabled():
         return None
     texts = {s.row[VHASH]: s.row[CONTENT] for s in scanned_rows(snap)}
     path = index_path()
     make_private_dirs(path.parent)
-    return vectors.embed_in_background(texts, path.parent, no_cache=no_cache)
+    return embedmany.embed_in_background(texts, path.parent, no_cache=no_cache)
 
 
 def rebuild_from_snapshot(
@@ -52,7 +52,7 @@ def rebuild_from_snapshot(
     *,
     progress: Progress | None = None,
     no_cache: bool = False,
-    ahead: vectors.Embedding | None = None,
+    ahead: embedmany.Embedding | None = None,
     embedding_progress: Progress | None = None,
 ) -> dict[str, object]:
     """Make the index equal to the files of `snap` (``manage.py reindex``); with

@@ -29,7 +29,7 @@ from facts.storage import sqlitegen
 from facts.storage.atomic import make_private_dirs
 from facts.storage.store import get_store
 
-from . import vectors
+from . import vectorcache
 from .indexbuild import build_generation
 from .indexdb import (
     Handle,
@@ -279,6 +279,6 @@ def retrying(action: Callable[[sqlite3.Connection], object], *, writing: bool = 
         if handle is not None and handle.ident is not None:
             bad.add(handle.ident)
             if handle.vident is not None:
-                vectors.bad.add(handle.vident)
+                vectorcache.bad.add(handle.vident)
         close_handle()
         return action(connection(writing=writing))

@@ -31,7 +31,7 @@ from filelock import FileLock
 from facts.storage import sqlitegen
 from facts.storage.atomic import PRIVATE_FILE_MODE, create_private_file
 
-from . import vectors
+from . import vectorcache
 from .indexpaths import VECTORS_FILE, vectors_link
 
 log = logging.getLogger(__name__)
@@ -171,7 +171,7 @@ def connect(path: Path, *, create: bool = False) -> sqlite3.Connection:
     # A checkpointed WAL is cut back to this size when the log restarts (else its
     # file keeps the largest size it ever had).
     conn.execute(f"PRAGMA journal_size_limit={WAL_KEEP_BYTES}")
-    vectors.attach(conn, path.parent)
+    vectorcache.attach(conn, path.parent)
     conn.execute(f"PRAGMA vc.journal_size_limit={WAL_KEEP_BYTES}")
     # Per schema: the attached cache kept SQLite's default (FULL), which fsynced its WAL
     # at every commit: ~0.8 ms of a ~1 ms single-card update. Derived data, like the

@@ -9,7 +9,7 @@ import sqlite3
 from facts.mirror import Drift, FileSnapshot
 from facts.storage import sqlitegen
 
-from . import scancache, vectors
+from . import embedding, scancache, vectorcache
 from .indexdb import SCHEMA_VERSION, cannot_open, connect, is_corruption
 from .indexpaths import index_path
 from .indexrows import SIG, VHASH, ScanRow, scanned_row
@@ -74,7 +74,7 @@ def drift(snap: FileSnapshot) -> Drift:
 def vector_drift(snap: FileSnapshot) -> Drift | None:
     """Files vs vectors (None when embeddings are off): a card with no vector, or none
     in the cache, is missing; one whose vector was made from other text is changed."""
-    if not vectors.enabled():
+    if not embedding.enabled():
         return None
     result = Drift()
     # A row's vhash is its text's content hash whenever embeddings are on (`row_for`).
@@ -121,11 +121,11 @@ def cache_drift(snap: FileSnapshot) -> Drift:
     if conn is not None:
         try:
             result.changed.extend(scancache.drift(conn, snap))
-            if vectors.enabled():
+            if embedding.enabled():
                 wanted: dict[str, list[str]] = {}
                 for fact_id, scanned in live.items():
                     wanted.setdefault(scanned.row[VHASH], []).append(fact_id)
-                bad = set(vectors.malformed(conn, wanted))
+                bad = set(vectorcache.malformed(conn, wanted))
                 result.changed.extend(fid for h in bad for fid in wanted[h])
         finally:
             conn.close()

@@ -22,7 +22,7 @@ from facts.mirror import FileSnapshot, Scanned
 from facts.storage.cardfile import Card
 from facts.storage.ids import normalize_agent
 
-from . import derived, tokens, vectors
+from . import derived, embedding, tokens
 from .indexdb import QUEUE_CORRECTIONS, QUEUE_OTHERS, SCHEMA_VERSION
 from .tokenize import load_dictionary
 
@@ -159,7 +159,7 @@ def row_for(card: Card, terms: derived.Terms | None = None) -> tuple:
         text,
         len(text.split()),
         _signature(bucket, category, card.confidence, created, expires.isoformat() if expires else "", card.content),
-        vectors.content_hash(card.content) if vectors.enabled() else None,
+        embedding.content_hash(card.content) if embedding.enabled() else None,
         terms.hash,
         terms.ntok,
         QUEUE_CORRECTIONS if category == "correction" else QUEUE_OTHERS,

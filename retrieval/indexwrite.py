@@ -19,7 +19,7 @@ from itertools import chain
 
 from facts.mirror import FileSnapshot
 
-from . import derived, scancache, vectors
+from . import derived, embedding, scancache, vectorcache
 from .indexdb import CARD_INDEXES
 from .indexrows import COLUMNS, CONTENT, DL, NTOK, SIG, TERMS, THASH, VHASH, scanned_rows
 
@@ -54,7 +54,7 @@ def _with_vectors(rows: list[tuple], have: set[str]) -> list[tuple]:
 
 def _ensure_vectors(conn: sqlite3.Connection, rows: Sequence[tuple], **options: object) -> set[str]:
     texts = {row[VHASH]: row[CONTENT] for row in rows if row[VHASH] is not None}
-    return vectors.ensure(conn, texts, **options) if texts else set()  # type: ignore[arg-type]
+    return vectorcache.ensure(conn, texts, **options) if texts else set()  # type: ignore[arg-type]
 
 
 def fill(
@@ -67,9 +67,9 @@ def fill(
     items = scanned_rows(snap)
     total = len(items)
     have: set[str] = set()
-    if vectors.enabled():
+    if embedding.enabled():
         texts = {item.row[VHASH]: item.row[CONTENT] for item in items}
-        have = vectors.ensure(conn, texts, no_cache=no_cache)
+        have = vectorcache.ensure(conn, texts, no_cache=no_cache)
     freq: Counter[str] = Counter()
     tokens = sum(item.row[DL] for item in items)  # ``dl`` is the row's term count
 
@@ -124,7 +124,7 @@ def fill(
         conn.execute("DELETE FROM stats")
         conn.executemany("INSERT INTO stats (name, value) VALUES (?, ?)", [("docs", total), ("tokens", tokens)])
         # Vectors and terms of texts no card holds any more (edited, expired, erased) go too.
-        vectors.prune(conn)
+        vectorcache.prune(conn)
         derived.prune(conn)
         scancache.store(conn, snap)
         conn.execute("COMMIT")
@@ -178,7 +178,7 @@ def apply(conn: sqlite3.Connection, puts: Sequence[tuple], removals: Iterable[st
         puts = _with_vectors(list(puts), _ensure_vectors(conn, puts, defer=new_vectors))
     conn.execute("BEGIN IMMEDIATE")
     try:
-        vectors.store(conn, new_vectors)
+        vectorcache.store(conn, new_vectors)
         dropped: list[str] = []
         dropped_terms: list[str] = []
         learned: list[tuple[str, str, int]] = []
@@ -214,7 +214,7 @@ def apply(conn: sqlite3.Connection, puts: Sequence[tuple], removals: Iterable[st
             learned.append((row[THASH], row[TERMS], row[NTOK]))
         # A card written or removed: what the scan cache knew of its old file goes.
         scancache.forget(conn, [row[0] for row in puts] + list(removals))
-        vectors.forget_unused(conn, dropped)
+        vectorcache.forget_unused(conn, dropped)
         # The write path fills the terms cache too, so a rebuild after it tokenizes nothing.
         derived.store(conn, learned)
         derived.forget_unused(conn, [h for h in dropped_terms if h not in {t for t, _, _ in learned}])

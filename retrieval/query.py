@@ -86,7 +86,7 @@ def _han_core(run: str) -> str:
     return "".join(kept)
 
 
-# The same facts said and asked, for `vectors.question_direction`: everyday memory, in
+# The same facts said and asked, for `embedding.question_direction`: everyday memory, in
 # both languages the product serves, none taken from an evaluation set. What the pairs
 # differ by is the asking.
 QUESTION_PAIRS: tuple[tuple[str, str], ...] = (

@@ -20,7 +20,7 @@ from typing import Any
 
 from facts.mirror import FileSnapshot, Scanned
 
-from . import derived, indexrows, vectors
+from . import derived, embedding, indexrows
 from .indexdb import SCHEMA_VERSION
 
 # Row fields 1-6 (scope, bucket, user, agent, project, category) repeat within a bucket.
@@ -30,7 +30,7 @@ _BATCH = 500
 
 
 def _version() -> str:
-    model = vectors.MODEL_ID if vectors.enabled() else "no-vectors"
+    model = embedding.MODEL_ID if embedding.enabled() else "no-vectors"
     return f"{SCHEMA_VERSION}/{derived.TOKENIZER_ID}/{model}"
 
 

@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 import numpy as np
 from django.conf import settings
 
-from . import indexrows, reads, vectors
+from . import embedding, indexrows, reads
 from .limits import clamp_limit
 from .query import core
 from .tokenize import MAX_QUERY_CHARS, query_terms
@@ -156,12 +156,12 @@ def search(
     ids: list[str] = []
     vector_part = np.zeros(0, dtype=np.float32)
     sims = vector_part
-    if mode != "lexical" and vectors.enabled() and text.strip():
+    if mode != "lexical" and embedding.enabled() and text.strip():
         try:
             asked = text if FRAMELESS_VECTORS else (query or "")[:MAX_QUERY_CHARS]
             ids, sims, questions = reads.vector_scores(asked, buckets, now_ts=now_ts)
             vector_part = sims - QUESTION_PENALTY * np.maximum(questions, 0.0)
-        except vectors.EmbeddingUnavailable:
+        except embedding.EmbeddingUnavailable:
             # Search must answer: without the model it is the lexical search.
             log.exception("vector search unavailable; answering lexically")
             ids = []

@@ -8,13 +8,13 @@ write wait ~0.5 s. With hybrid search on, the embedding model too (`retrieval.ve
 
 from __future__ import annotations
 
-from . import tokens, vectors
+from . import embedding, tokens
 from .tokenize import load_dictionary
 
 
 def warm(*, queries: bool = False) -> None:
     """Load the dictionary, the token counter and, when hybrid search is on, the
-    embedding model now. `queries`: the process serves searches too (`vectors.warm`)."""
+    embedding model now. `queries`: the process serves searches too (`embedding.warm`)."""
     load_dictionary()
     tokens.encoding()
-    vectors.warm(queries=queries)
+    embedding.warm(queries=queries)

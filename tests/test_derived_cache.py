@@ -11,7 +11,7 @@ import pytest
 
 from facts.storage.store import Store
 from facts.storage.writer import delete_card, save_card
-from retrieval import derived, indexconn, vectors
+from retrieval import derived, embedding, indexconn
 from retrieval.search import search
 from tests.conftest import FIXED_NOW
 from tests.conftest import reindex_check as _check
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.django_db
 def work(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
     """The texts tokenized and embedded from now on."""
     seen: dict[str, list[str]] = {"tokenized": [], "embedded": []}
-    tokenize, embed = derived.document_terms, vectors.embed
+    tokenize, embed = derived.document_terms, embedding.embed
 
     def counting_tokenize(text: str) -> str:
         seen["tokenized"].append(text)
@@ -35,7 +35,7 @@ def work(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
         return embed(texts)
 
     monkeypatch.setattr(derived, "document_terms", counting_tokenize)
-    monkeypatch.setattr(vectors, "embed", counting_embed)
+    monkeypatch.setattr(embedding, "embed", counting_embed)
     return seen
 
 
@@ -90,8 +90,8 @@ def test_it_reports_a_corrupted_terms_entry_and_no_cache_repairs_it(make_card) -
 def test_it_reports_a_corrupted_vector_entry(embeddings: None, make_card) -> None:
     card = save_card(make_card(content="Lives in Berlin, in the Central European time zone."), actor="t")
     conn = indexconn.connection()
-    garbage = np.full(vectors.DIM, np.nan, dtype=np.float16).tobytes()
-    conn.execute("UPDATE vc.vectors SET vec = ? WHERE hash = ?", (garbage, vectors.content_hash(card.content)))
+    garbage = np.full(embedding.DIM, np.nan, dtype=np.float16).tobytes()
+    conn.execute("UPDATE vc.vectors SET vec = ? WHERE hash = ?", (garbage, embedding.content_hash(card.content)))
     code, report = _check()
     assert code == 1 and report["cache"]["changed"] == [card.id]
     _reindex("--no-cache")
