@@ -126,7 +126,8 @@ django.setup()
 from django.conf import settings
 import corpus
 from facts.storage.cardfile import dump_card, file_digest
-from facts.mirror import FileSnapshot, Scanned
+from facts.storage.snapshots import FileSnapshot
+from facts.storage.scan import Scanned
 from facts.storage.store import Store
 from retrieval import indexbuild
 

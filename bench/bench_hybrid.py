@@ -77,11 +77,11 @@ _REBUILD = """
 import json, resource, sys, time
 import django
 django.setup()
-from facts import mirror
+from facts.storage import snapshots
 from facts.storage.store import get_store
 from retrieval import indexbuild
 t = time.monotonic()
-snap = mirror.snapshot(get_store())
+snap = snapshots.snapshot(get_store())
 scanned = time.monotonic()
 res = indexbuild.rebuild_from_snapshot(snap, no_cache=sys.argv[1] == "cold")
 wall = time.monotonic() - t
@@ -97,7 +97,7 @@ def _rebuild(root: Path, mode: str) -> dict:
     )
     data = json.loads(out.stdout.strip().splitlines()[-1])
     rate = data["cards"] / data["seconds"]
-    # Where the time goes: reading and tokenizing the card files (facts.mirror) or
+    # Where the time goes: reading and tokenizing the card files (facts.storage.scan) or
     # building the index from them (embedding included when the cache is cold).
     scan = data["scan_seconds"]
     print(

@@ -94,11 +94,11 @@ _INDEX_ONLY = """
 import json, resource, sys, time
 import django
 django.setup()
-from facts import mirror
+from facts.storage import snapshots
 from facts.storage.store import get_store
 from retrieval import indexbuild
 t = time.monotonic(); c = time.process_time()
-snap = mirror.snapshot(get_store())
+snap = snapshots.snapshot(get_store())
 res = indexbuild.rebuild_from_snapshot(snap)
 wall = time.monotonic() - t
 kids = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.test import override_settings
 
-from facts import mirror
 from facts.judging.pipeline import run_turns_now
+from facts.storage import snapshots
 from facts.storage.store import get_store
 from memoryadmin.client import LocalMemory
 from memoryadmin.memory_protocol import MemoryContext
@@ -200,7 +200,7 @@ def _scenario(result: DemoResult) -> None:
     say(f"添加用户级纠正：保存 {correction.saved} 条")
 
     # As the article does: read the files again and rebuild the index from them alone.
-    snap = mirror.snapshot(get_store(), workers=1)
+    snap = snapshots.snapshot(get_store(), workers=1)
     result.reread_cards = len(snap.cards)
     indexbuild.rebuild_from_snapshot(snap)
     say(f"重新读取文件：{len(snap.cards)} 张卡片、{len(snap.profiles)} 份画像；已从文件重建索引")

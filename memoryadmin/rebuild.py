@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from facts import mirror
-from facts.mirror import Drift, FileSnapshot
+from facts.storage import snapshots
+from facts.storage.snapshots import Drift, FileSnapshot
 from facts.storage.store import get_store
 from retrieval import derived, indexbuild, indexdrift, indexrows
 
@@ -83,13 +84,13 @@ def check(*, progress: Progress | None = None, verify: bool = True) -> CheckRepo
     store = get_store()
     # The scan tokenizes every card afresh and compares the cached terms with the result.
     with derived.mode("verify" if verify else "use"):
-        snap = mirror.snapshot(store, progress=progress)
+        snap = snapshots.snapshot(store, progress=progress)
         report = _compare(snap)
         if not report.in_step:
             # A commit that landed during the scan looks like drift; look again with
             # commits held off for a moment, so only real drift is reported.
             with store.commit_gate(exclusive=True):
-                mirror.refresh(store, snap)
+                snapshots.refresh(store, snap)
                 report = _compare(snap)
     return report
 
@@ -97,7 +98,7 @@ def check(*, progress: Progress | None = None, verify: bool = True) -> CheckRepo
 def rebuild(
     *, progress: Progress | None = None, actor: str = "reindex", no_cache: bool = False, phase: Phase | None = None
 ) -> RebuildResult:
-    with mirror.gc_paused():
+    with snapshots.gc_paused():
         return _rebuild(progress=progress, actor=actor, no_cache=no_cache, phase=phase or (lambda _name: None))
 
 
@@ -106,7 +107,7 @@ def _rebuild(*, progress: Progress | None, actor: str, no_cache: bool, phase: Ph
     phase("files")
     # `no_cache`: every card is tokenized and embedded again, and the cache rewritten.
     with derived.mode("bypass" if no_cache else "use"):
-        snap = mirror.snapshot(store, progress=progress)
+        snap = snapshots.snapshot(store, progress=progress)
     # Hand edits are committed again below (a revision each): with the scan's terms.
     indexrows.remember_scanned(snap)
     # The vectors the cache lacks (every card's, the first time: minutes of CPU) are

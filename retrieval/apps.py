@@ -8,9 +8,8 @@ class RetrievalConfig(AppConfig):
     def ready(self) -> None:
         # The index follows every committed write (docs/design.md §3). Registered here so
         # the write side never imports the read side.
-        from facts import mirror
         from facts.erasure import extra
-        from facts.storage import hooks
+        from facts.storage import hooks, scan
 
         from . import follow, golden, index, indexrows, scancache, warmup
 
@@ -24,8 +23,8 @@ class RetrievalConfig(AppConfig):
         # At most jieba is loaded before the fork (`indexrows.scan_prepare`): the embedding
         # model is not needed to scan (vectors are embedded afterwards, and only for
         # texts the cache lacks).
-        mirror.add_scan_extra(indexrows.SCAN_EXTRA, indexrows.scan_row, prepare=indexrows.scan_prepare)
+        scan.add_scan_extra(indexrows.SCAN_EXTRA, indexrows.scan_row, prepare=indexrows.scan_prepare)
         # And files it has seen before are not parsed again (their digest names them).
-        mirror.set_scan_cache(scancache.lookup)
+        scan.set_scan_cache(scancache.lookup)
         # Saved search checks name cards and users: an erasure finds and deletes them too.
         extra.register("golden_queries", find=golden.erased_by, delete=golden.delete_erased)

@@ -13,7 +13,7 @@ more is deleted with its last row, so erased words do not linger in the cache. T
 is derived data: deleting it only costs the next rebuild its speed, and
 ``reindex --no-cache`` ignores it (and writes it afresh).
 
-A rebuild's scanning processes (`facts.mirror.snapshot`) look the terms up here
+A rebuild's scanning processes (`facts.storage.snapshots.snapshot`) look the terms up here
 before tokenizing, each through its own read-only connection; ``reindex --check``
 tokenizes every card again and reports entries that disagree.
 """

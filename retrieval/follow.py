@@ -41,9 +41,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from facts.erasure.scrub import scrub_sqlite, sqlite_files, sweep_generations
-from facts.mirror import snapshot
 from facts.models import CardChange, Erasure, FactCard
 from facts.storage.errors import StoreError
+from facts.storage.snapshots import snapshot
 from facts.storage.store import get_store
 
 from . import index, indexbuild, indexconn, indexpaths

@@ -11,9 +11,9 @@ import sqlite3
 import time
 from pathlib import Path
 
-from facts.mirror import FileSnapshot, gc_paused, refresh, snapshot
 from facts.storage import sqlitegen
 from facts.storage.atomic import make_private_dirs
+from facts.storage.snapshots import FileSnapshot, gc_paused, refresh, snapshot
 from facts.storage.store import Store
 
 from . import derived, embedding, embedmany

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from facts.mirror import Drift, FileSnapshot
 from facts.storage import sqlitegen
+from facts.storage.snapshots import Drift, FileSnapshot
 
 from . import embedding, scancache, vectorcache
 from .indexdb import SCHEMA_VERSION, cannot_open, connect, is_corruption

@@ -5,7 +5,7 @@ A row is a tuple in the column order of `COLUMNS` (the ``cards`` table of
 rows (writes, rebuilds, drift, the scan cache). Also the buckets a search or render
 reads (`bucket_key`, `scopes`, and `scope_term`, the one FTS term standing for a
 bucket), the `signature` drift compares, and the rows a rebuild's scan computes
-(`ScanRow`: in the scanning processes of `facts.mirror.snapshot`, on every core).
+(`ScanRow`: in the scanning processes of `facts.storage.snapshots.snapshot`, on every core).
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from itertools import chain
 from typing import NamedTuple
 
 from facts.enums import CardStatus
-from facts.mirror import FileSnapshot, Scanned
 from facts.storage.cardfile import Card
 from facts.storage.ids import normalize_agent
+from facts.storage.scan import Scanned
+from facts.storage.snapshots import FileSnapshot
 
 from . import derived, embedding, tokens
 from .indexdb import QUEUE_CORRECTIONS, QUEUE_OTHERS, SCHEMA_VERSION
@@ -183,10 +184,10 @@ class ScanRow(NamedTuple):
 
 
 def scan_row(card: Card) -> ScanRow | None:
-    """Run in the scanning processes of `facts.mirror.snapshot`: the card's index row,
+    """Run in the scanning processes of `facts.storage.snapshots.snapshot`: the card's index row,
     with the cached terms of its text (else tokenized there). That puts a rebuild's
     jieba work and the rows' hashing (~35 µs a card) on every core, and spares the
-    parent the card itself (`facts.mirror.Scanned`). None for a card the index does
+    parent the card itself (`facts.storage.scan.Scanned`). None for a card the index does
     not hold."""
     if not indexed(card):
         return None

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from itertools import chain
 
-from facts.mirror import FileSnapshot
+from facts.storage.snapshots import FileSnapshot
 
 from . import derived, embedding, scancache, vectorcache
 from .indexdb import CARD_INDEXES

@@ -3,7 +3,7 @@
 ``vc.scans`` (in the derived-data cache file, `retrieval.derived`) maps a card file's
 SHA-256 to the card's (id, user, agent, project) and its index row: a rebuild reads and
 hashes every file but parses and tokenizes only those it has not seen
-(`facts.mirror.set_scan_cache`, registered with `lookup`). The key also names the index
+(`facts.storage.scan.set_scan_cache`, registered with `lookup`). The key also names the index
 schema, the tokenizer and the model (or "no vectors"), so any of those changing makes
 every entry a miss. A card's entries go when it is written again or removed
 (`retrieval.indexwrite.apply` → `forget`), and entries no file has any more after a full
@@ -18,7 +18,8 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from facts.mirror import FileSnapshot, Scanned
+from facts.storage.scan import Scanned
+from facts.storage.snapshots import FileSnapshot
 
 from . import derived, embedding, indexrows
 from .indexdb import SCHEMA_VERSION

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from facts import mirror
+from facts.storage import scan, snapshots
 from facts.storage.store import Store
 from facts.storage.writer import delete_card, save_card
 from retrieval import derived, indexconn, indexrows
@@ -25,13 +25,13 @@ pytestmark = pytest.mark.django_db
 def parsed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The card files the scan parses from now on (relative paths)."""
     seen: list[str] = []
-    parse = mirror._parse
+    parse = scan._parse
 
-    def counting(root: str, rel: str, text: bytes, digest: str) -> tuple[mirror.Scanned, bool]:
+    def counting(root: str, rel: str, text: bytes, digest: str) -> tuple[scan.Scanned, bool]:
         seen.append(rel)
         return parse(root, rel, text, digest)
 
-    monkeypatch.setattr(mirror, "_parse", counting)
+    monkeypatch.setattr(scan, "_parse", counting)
     return seen
 
 
@@ -64,9 +64,9 @@ def test_what_the_cache_gives_is_what_parsing_gives(make_card, store: Store) -> 
     for n in range(5):
         save_card(make_card(content=f"Keeps note {n} in 时区 UTC+8.", confidence=0.5 + n / 20), actor="t")
     _reindex()
-    from_cache = mirror.snapshot(store)
+    from_cache = snapshots.snapshot(store)
     with derived.mode("bypass"):
-        parsed_again = mirror.snapshot(store)
+        parsed_again = snapshots.snapshot(store)
     assert all(item.cached for item in from_cache.cards.values())
     assert not any(item.cached for item in parsed_again.cards.values())
     for fact_id, item in parsed_again.cards.items():
@@ -102,12 +102,12 @@ def test_a_hand_edit_is_parsed_again_and_its_old_entry_goes(make_card, store: St
 
 
 def test_the_parallel_scan_uses_it(make_card, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(mirror, "_PARALLEL_WALK_DIRS", 1)
-    monkeypatch.setattr(mirror, "_PARALLEL_PARSE_CARDS", 1)
+    monkeypatch.setattr(scan, "_PARALLEL_WALK_DIRS", 1)
+    monkeypatch.setattr(scan, "_PARALLEL_PARSE_CARDS", 1)
     for n in range(6):
         save_card(make_card(user_id=f"user{n}", content=f"Works on project {n}."), actor="t")
     _reindex()
-    scanned = list(mirror.scan_cards(store, workers=2))
+    scanned = list(scan.scan_cards(store, workers=2))
     assert len(scanned) == 6 and all(item.cached for item in scanned)
     assert {item.ident[0] for item in scanned} == {item.card.id for item in scanned}
 
