@@ -6,7 +6,7 @@ are cached beside the index, in ONE file (``MEMORY_ROOT/.retrieval/vectors.sqlit
 attached to every index connection as schema ``vc``; the name predates the tokens):
 
 ``vc.terms``    hash of (tokenizer version, text) → the index terms of that text;
-``vc.vectors``  hash of (model id, text) → its sentence vector (`retrieval.vectors`).
+``vc.vectors``  hash of (model id, text) → its sentence vector (`retrieval.vectorcache`).
 
 Every index row names both hashes (``thash``, ``vhash``); an entry no row names any
 more is deleted with its last row, so erased words do not linger in the cache. The file

@@ -1,16 +1,16 @@
 """The search index's SQLite file: its schema, opening a generation, corruption, and WAL
 checkpoints.
 
-``index.sqlite3`` (`retrieval.paths`) is a link to the index's current generation
+``index.sqlite3`` (`retrieval.indexpaths`) is a link to the index's current generation
 (`facts.storage.sqlitegen`): a replacement is built under its own name and published
 by moving the link. Each connection attaches the cache of derived data
-(`retrieval.vectors`, ``vectors.sqlite3`` beside it) as schema ``vc``, so one query
+(`retrieval.vectorcache`, ``vectors.sqlite3`` beside it) as schema ``vc``, so one query
 joins a bucket's rows to their vectors. This thread's connection is kept in a `Handle`
 (which files it opened), checked before each use by `retrieval.indexconn.connection`;
 a generation found corrupt is remembered (`bad`) and never opened again.
 
 Two tables hold the index: ``cards``, one row per active card (its format:
-`retrieval.rows`), keyed by an integer ``rid`` with a unique index on the card id; and
+`retrieval.indexrows`), keyed by an integer ``rid`` with a unique index on the card id; and
 ``fts``, an external-content FTS5 table over it with a ``scope`` column (one hashed term
 per bucket, so ``MATCH`` walks only one bucket's postings) and ``terms``.
 """

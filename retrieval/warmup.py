@@ -3,7 +3,7 @@ start-up, and before forking workers, which then share it.
 
 Every card write needs the segmenter's dictionary (jieba, `retrieval.tokenize`) and the
 token counter (`retrieval.tokens`): a process that did not load them makes its first
-write wait ~0.5 s. With hybrid search on, the embedding model too (`retrieval.vectors`).
+write wait ~0.5 s. With hybrid search on, the embedding model too (`retrieval.embedding`).
 """
 
 from __future__ import annotations
