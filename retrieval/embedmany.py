@@ -26,8 +26,6 @@ log = logging.getLogger(__name__)
 # Below this many texts to embed, a rebuild embeds them itself (`ensure`): forking
 # processes for them would cost more than it saves.
 PARALLEL_MIN_TEXTS = 2000
-
-
 # Texts a worker embeds per task: the batch path computes a token's own part once per
 # batch, and ~1,000 card texts repeat their tokens ~5 times (40-70 MB of work space).
 PARALLEL_BATCH = 1024

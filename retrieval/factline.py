@@ -21,8 +21,6 @@ from .tokens import count_tokens
 # A tag of the block's own (`OPEN`, `CLOSE`), in any case and spacing: ``</memory>``,
 # ``< /MEMORY >``, ``<memory id=x>``, ``</memory`` cut before its ``>``.
 _MEMORY_TAG = re.compile(r"<(\s*/?\s*memory\b[^<>\n]*)(>?)", re.IGNORECASE)
-
-
 # A line a reader would take for a header of the block: a Markdown heading, or the
 # underline that makes the line above one.
 _HEADER_LINE = re.compile(r"^([ \t]*)(#|=+[ \t]*$|-{2,}[ \t]*$)", re.MULTILINE)

@@ -175,14 +175,8 @@ class _Rebuild(threading.Thread):
 
 
 _builders: dict[Path, _Rebuild] = {}
-
-
 _builders_lock = threading.Lock()
-
-
 _failures: dict[Path, tuple[float, str]] = {}
-
-
 # After a failed or refused attempt, the next one waits this long.
 RETRY_S = 1.0
 

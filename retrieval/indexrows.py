@@ -108,8 +108,6 @@ def indexed(card: Card) -> bool:
 # Terms of recently written contents: `prepare` tokenizes a batch while its files are
 # being fsynced, `update` then finds the terms here. Bounded; a miss only costs time.
 _recent_terms: dict[str, derived.Terms] = {}
-
-
 _RECENT_TERMS = 4096
 
 
@@ -207,15 +205,10 @@ def scanned_row(item: Scanned) -> ScanRow | None:
 
 SCAN_EXTRA = "index"
 
-
 # From this many cards without their rows (a snapshot of cards already in memory), the
 # rows are made on every core.
 PARALLEL_ROWS = 4000
-
-
 _ROWS_CHUNK = 2000
-
-
 _pending: list[Card] = []  # the cards `_rows_of` works on, inherited by the forked workers
 
 

@@ -36,11 +36,7 @@ _UPDATE = (
 
 
 _DF_UP = "INSERT INTO df (term, n) VALUES (?, 1) ON CONFLICT (term) DO UPDATE SET n = n + 1"
-
-
 _DF_DOWN = "UPDATE df SET n = n - 1 WHERE term = ?"
-
-
 _STATS_ADD = (
     "INSERT INTO stats (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = value + excluded.value"
 )

@@ -189,6 +189,10 @@ def vector_ranking(query: str, buckets: Sequence[str], *, now_ts: float) -> list
     return result
 
 
+# --- a scope's cards ranked by their vectors -------------------------------------------
+# Searches are scoped to one user × agent (tens to a thousand cards): their vectors are
+# scored by brute force, one small matrix product, no vector index needed.
+
 _BUCKET_HASHES = """
 SELECT id, vhash FROM cards
 WHERE bucket IN ({marks}) AND vhash IS NOT NULL AND (expires_ts IS NULL OR expires_ts > ?)
@@ -200,14 +204,8 @@ ORDER BY id
 # check reads a covering index (no blobs); a changed scope is read again. Bounded by
 # rows (8,192 × 2 KB = 16 MB), least recently used out first.
 _MATRIX_ROWS = 8192
-
-
 _matrices: OrderedDict[tuple[str, ...], tuple[list[tuple[str, str]], np.ndarray, np.ndarray]] = OrderedDict()
-
-
 _matrices_lock = threading.Lock()
-
-
 _matrix_rows = 0  # rows held by `_matrices`
 
 

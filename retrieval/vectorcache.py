@@ -35,7 +35,6 @@ log = logging.getLogger(__name__)
 # statement small).
 LOOKUP_BATCH = 500
 
-
 # The same file holds the cached index terms (`retrieval.derived`): one cache of
 # derived per-card data.
 _SCHEMA = """
@@ -113,8 +112,6 @@ def cached(conn: sqlite3.Connection, hashes: Iterable[str]) -> set[str]:
 # Vectors computed by `prepare` while the write function fsyncs its files; `ensure`
 # takes them from here instead of embedding again. Bounded; a miss only costs time.
 _recent: dict[str, bytes] = {}
-
-
 _RECENT = 4096
 
 

@@ -293,8 +293,6 @@ def _top_dirs_of(store: Store, top: str) -> tuple[list[str], list[str]]:
 
 # Below this many user/project folders the walk is not worth a process pool.
 _PARALLEL_WALK_DIRS = 64
-
-
 _PARALLEL_PARSE_CARDS = 2000
 
 
