@@ -75,6 +75,7 @@ browser-deps:
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy .
 
 # Lint, then the whole suite on SQLite and again on PostgreSQL (what CI runs: about
 # 8 minutes on the 2-core machine, far inside CI's 90-minute limit).
@@ -116,4 +117,4 @@ e2e-llm: venv
 	bash e2e/run.sh
 
 clean:
-	rm -rf $(VENV) var test-artifacts .pytest_cache .ruff_cache
+	rm -rf $(VENV) var test-artifacts .pytest_cache .ruff_cache .mypy_cache

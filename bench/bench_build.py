@@ -125,9 +125,9 @@ import django
 django.setup()
 from django.conf import settings
 import corpus
-from facts.cardfile import dump_card, file_digest
+from facts.storage.cardfile import dump_card, file_digest
 from facts.mirror import FileSnapshot, Scanned
-from facts.store import Store
+from facts.storage.store import Store
 from retrieval import index
 
 # The records: every card of the corpus, in memory, each with its file's digest (what

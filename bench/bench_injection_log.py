@@ -53,13 +53,13 @@ def main() -> None:
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0, interactive=False)
-        from facts.cardfile import Card, Source, now_utc
-        from facts.ids import new_fact_id
         from facts.models import Injection
-        from facts.writer import Put, commit
+        from facts.storage.cardfile import Card, Source, now_utc
+        from facts.storage.ids import new_fact_id
+        from facts.storage.writer import Put, commit
         from memoryadmin import api_service
 
-        api_service._ensure_flusher = lambda: None  # type: ignore[assignment]
+        api_service._ensure_flusher = lambda: None
         at = now_utc()
         cards = [
             Card(
@@ -84,11 +84,11 @@ def main() -> None:
         buffer_only: list[float] = []
         for i in range(args.n * 2):
             logged = i % 2 == 0
-            api_service.log_injection = real if logged else off  # type: ignore[assignment]
+            api_service.log_injection = real if logged else off
             t = time.perf_counter()
             api_service.serve_context(scope)
             (with_log if logged else without).append((time.perf_counter() - t) * 1000)
-        api_service.log_injection = real  # type: ignore[assignment]
+        api_service.log_injection = real
         ids = [c.id for c in cards]
         for _ in range(args.n):
             t = time.perf_counter()

@@ -86,7 +86,7 @@ def quality(args: argparse.Namespace) -> dict:
 
     stores, questions = mb.load(args.data, pooled=not args.no_pooled)
     splits = ("dev", "holdout") if args.split == "both" else (args.split,)
-    datings = mb.DATINGS[:1] if args.quick else mb.DATINGS
+    datings: tuple[mb.Dating, ...] = mb.DATINGS[:1] if args.quick else mb.DATINGS
     if args.datings:
         datings = tuple(d for d in mb.DATINGS if d.name == "undated" or d.name in args.datings.split(","))
     if args.stores:

@@ -27,6 +27,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpus
@@ -94,7 +95,7 @@ import json, resource, sys, time
 import django
 django.setup()
 from facts import mirror
-from facts.store import get_store
+from facts.storage.store import get_store
 from retrieval import index
 t = time.monotonic(); c = time.process_time()
 snap = mirror.snapshot(get_store())
@@ -215,7 +216,7 @@ def main() -> None:
     import django
 
     django.setup()
-    from facts.store import Bucket, get_store
+    from facts.storage.store import Bucket, get_store
     from retrieval import index
     from retrieval.render import render_context
     from retrieval.search import search
@@ -246,7 +247,7 @@ def main() -> None:
     figures["update"] = _lat(
         "incremental update (1 card, 100k rows)",
         lambda: None,
-        runs=[lambda e=e: index.update([e], []) for _, e in cards],
+        runs=[lambda e=e: index.update([e], []) for _, e in cards],  # type: ignore[misc]
     )
     for original, _ in cards:  # put the corpus back as the files have it
         index.update([original], [])
@@ -263,7 +264,7 @@ def main() -> None:
     figures["search_natural"] = _lat(
         "search, 300 natural-language queries", lambda: None, runs=[scoped(q) for q in natural]
     )
-    hits = sum(len(scoped(q)()) for q in short[:200]) / 200  # type: ignore[arg-type]
+    hits = sum(len(scoped(q)()) for q in short[:200]) / 200  # type: ignore[arg-type, misc]
     print(f"  (short queries return {hits:.1f} hits on average)")
     from django.conf import settings
 
@@ -287,10 +288,10 @@ def main() -> None:
         heavy()
 
     figures["render_1000_cold"] = _lat("render, 1,000 facts, token caches cold", cold, n=100)
-    sample = heavy()
+    sample: Any = heavy()
     print(
         f"  (1,000-fact render: {sample.tokens} tokens, {len(sample.included)} included, {len(sample.excluded)} excluded)"
-    )  # type: ignore[attr-defined]
+    )
 
     rss, hwm = _rss_mb()
     figures["serving_rss_mb"] = round(rss)
@@ -298,8 +299,8 @@ def main() -> None:
     print(f"{'serving process RSS':<38} {rss:.0f} MB (peak {hwm:.0f} MB)")
 
     print("== against the targets (issue 23)")
-    rebuilt = figures.get("index_rebuild") or {}
-    whole = figures.get("reindex") or {}
+    rebuilt: Any = figures.get("index_rebuild") or {}
+    whole: Any = figures.get("reindex") or {}
     checks = [
         ("reindex ≥ 12,000 cards/s (warm)", whole.get("cards_per_s"), TARGETS["reindex_cards_per_s"], True),
         ("reindex ≥ 0.75 × read+parse", whole.get("ratio"), TARGETS["reindex_ratio"], True),
@@ -310,10 +311,10 @@ def main() -> None:
             True,
         ),
         ("rebuild peak RSS ≤ 500 MB", whole.get("peak_rss_mb"), TARGETS["rebuild_peak_rss_mb"], False),
-        ("update p99 ≤ 2 ms", figures["update"]["p99_ms"], TARGETS["update_p99_ms"], False),  # type: ignore[index]
-        ("lexical search p99 ≤ 1 ms", figures["search_lexical"]["p99_ms"], TARGETS["lexical_search_p99_ms"], False),  # type: ignore[index]
-        ("render 25 facts p50 ≤ 0.45 ms", figures["render_25"]["p50_ms"], TARGETS["render_25_p50_ms"], False),  # type: ignore[index]
-        ("render 1,000 facts p50 ≤ 0.6 ms", figures["render_1000"]["p50_ms"], TARGETS["render_1000_p50_ms"], False),  # type: ignore[index]
+        ("update p99 ≤ 2 ms", figures["update"]["p99_ms"], TARGETS["update_p99_ms"], False),
+        ("lexical search p99 ≤ 1 ms", figures["search_lexical"]["p99_ms"], TARGETS["lexical_search_p99_ms"], False),
+        ("render 25 facts p50 ≤ 0.45 ms", figures["render_25"]["p50_ms"], TARGETS["render_25_p50_ms"], False),
+        ("render 1,000 facts p50 ≤ 0.6 ms", figures["render_1000"]["p50_ms"], TARGETS["render_1000_p50_ms"], False),
     ]
     for label, value, target, higher in checks:
         if value is None:

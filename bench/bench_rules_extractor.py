@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_rules_extractor.py [--repeat 20]
 
-Scores `facts/rules_extractor/` on the labelled snippets in
+Scores `facts/judging/rules_extractor/` on the labelled snippets in
 `tests/data/rules_extractor_eval.jsonl` (written for this project: short Chinese and
 English conversations with the facts a careful person would keep, and negatives that
 must keep nothing: one-off requests, grants to act, questions, the assistant's words,
@@ -39,7 +39,7 @@ def main() -> None:
     import django
 
     django.setup()
-    from facts.rules_extractor import extractor
+    from facts.judging.rules_extractor import extractor
     from tests.rules_eval import judge, load, rows_of, score
 
     snippets = load()
@@ -67,11 +67,11 @@ def main() -> None:
 
     print("MemoryBank user lines (real conversations; labels ours; holdout never tuned on):")
     for lang in memorybank_extraction.LANGS:
-        for split, result in memorybank_extraction.by_split(lang).items():
+        for split, bank in memorybank_extraction.by_split(lang).items():
             print(
-                f"  {lang} {split:<8} {result.lines:>4} lines  precision {result.precision:.3f} "
-                f"({result.right}/{result.accepted})  recall {result.recall:.3f} ({result.found}/{result.durable} "
-                f"durable facts)  candidates {result.candidates}"
+                f"  {lang} {split:<8} {bank.lines:>4} lines  precision {bank.precision:.3f} "
+                f"({bank.right}/{bank.accepted})  recall {bank.recall:.3f} ({bank.found}/{bank.durable} "
+                f"durable facts)  candidates {bank.candidates}"
             )
             if split == "dev" and result.precision < 0.95:
                 verdict = "MISSED"

@@ -36,6 +36,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -45,9 +46,9 @@ from bench.serving import free_port, percentile, wait_for  # noqa: E402
 SEED = """
 import sys
 from datetime import UTC, datetime
-from facts.cardfile import Card, Source
-from facts.ids import new_fact_id
-from facts.writer import Put, commit
+from facts.storage.cardfile import Card, Source
+from facts.storage.ids import new_fact_id
+from facts.storage.writer import Put, commit
 words = "tabs spaces python rust coffee tea notes folder editor vim emacs deploy friday".split()
 now = datetime(2026, 12, 1, tzinfo=UTC)
 cards = [Card(id=new_fact_id(), key=f"seed_{n}", category="context", confidence=0.8, user_id=f"u{n % 50}",
@@ -243,7 +244,7 @@ def compare_engines(url: str, rows: int = 100_000, queries: int = 400) -> dict[s
             ).fetchall()
             times.append(time.perf_counter() - started)
         out["pg_p50_ms"], out["pg_p99_ms"] = percentile(times, 0.5) * 1000, percentile(times, 0.99) * 1000
-        (size,) = conn.execute("SELECT pg_total_relation_size('bench_idx')").fetchone()
+        (size,) = conn.execute("SELECT pg_total_relation_size('bench_idx')").fetchone()  # type: ignore[misc]
         out["pg_mb"] = round(size / 1e6, 1)
         conn.execute("DROP TABLE bench_idx")
     return {k: round(v, 2) for k, v in out.items()}
@@ -285,7 +286,7 @@ def main() -> None:
                 "MEMORY_DEBOUNCE_SECONDS": "0",
                 "API_RATE_LIMIT_PER_MINUTE": "0",
             }
-            run = {"cwd": REPO, "env": env, "check": True, "capture_output": True, "text": True}
+            run: dict[str, Any] = {"cwd": REPO, "env": env, "check": True, "capture_output": True, "text": True}
             subprocess.run([sys.executable, "manage.py", "migrate", "-v0", "--skip-checks"], **run)
             subprocess.run([sys.executable, "-c", "import django; django.setup()\n" + SEED, str(args.cards)], **run)
             key = subprocess.run(

@@ -73,7 +73,7 @@ def candidate(i: int, run: int, rng: random.Random) -> tuple[dict, str]:
 def warm_up() -> None:
     """Imports, jieba's dictionary, the index file and the first connection (not
     measured: a worker process pays them once, at start-up)."""
-    from facts.pipeline import run_turns_now
+    from facts.judging.pipeline import run_turns_now
     from retrieval.tokenize import warm
 
     warm()
@@ -134,9 +134,9 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
 
-    from facts import hooks
+    from facts.judging.pipeline import REPLAY_BATCH
     from facts.models import Candidate, FactCard
-    from facts.pipeline import REPLAY_BATCH
+    from facts.storage import hooks
 
     try:
         rng = random.Random(7)
@@ -190,9 +190,9 @@ def main() -> None:
         total, saved = ingest(lines, batch_size, args.workers)
         elapsed = time.perf_counter() - started
         after = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
-        user = sum(a.ru_utime - b.ru_utime for a, b in zip(after, before, strict=True))
+        user_s = sum(a.ru_utime - b.ru_utime for a, b in zip(after, before, strict=True))
         system = sum(a.ru_stime - b.ru_stime for a, b in zip(after, before, strict=True))
-        cpu = user + system
+        cpu = user_s + system
         rss_mb = max(usage.ru_maxrss for usage in after) / 1024  # the largest process
         accepted = Candidate.objects.filter(verdict="accepted").count()
         reasons: dict[str, int] = {}
@@ -215,7 +215,7 @@ def main() -> None:
             f"per run: {elapsed / len(turns) * 1000:.1f} ms  peak RSS: {rss_mb:.0f} MB (target ≤ 400: {'ok' if rss_mb <= 400 else 'MISSED'})"
         )
         print(
-            f"CPU time: {cpu:.2f} s (user {user:.2f} s, system {system:.2f} s; {total / cpu:,.0f} candidates per CPU-second; "
+            f"CPU time: {cpu:.2f} s (user {user_s:.2f} s, system {system:.2f} s; {total / cpu:,.0f} candidates per CPU-second; "
             f"load average {os.getloadavg()[0]:.1f})"
         )
     finally:

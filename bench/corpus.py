@@ -5,7 +5,7 @@
 Writes ``users × agents × facts`` cards (default 1,000 × 4 × 25 = 100,000), half Chinese,
 half English, confidences 0.5–1.0, ages 0–200 days, a profile per user, plus one agent
 with 1,000 facts (``HEAVY_USER`` / ``HEAVY_AGENT``) for the render benchmark. Files are
-written directly with `facts.cardfile.dump_card` (no fsync, two processes) and then
+written directly with `facts.storage.cardfile.dump_card` (no fsync, two processes) and then
 ``manage.py migrate`` + ``reindex`` build the mirror and the index, with the Django DB
 under ``{root}/var``. A finished corpus is cached: it is only regenerated when the
 parameters change or with ``--force``.
@@ -156,7 +156,7 @@ def _fact_id(*parts: object) -> str:
 
 
 def _cards_for(user_id: str, agent: str, count: int, seed: int) -> list:
-    from facts.cardfile import Card, Source
+    from facts.storage.cardfile import Card, Source
 
     rng = random.Random(seed)
     cards = []
@@ -181,7 +181,7 @@ def _cards_for(user_id: str, agent: str, count: int, seed: int) -> list:
 
 
 def _profile_for(user_id: str, seed: int):
-    from facts.profilefile import Profile, Section
+    from facts.storage.profilefile import Profile, Section
 
     rng = random.Random(seed)
     profile = Profile(user_id=user_id, revision=1, updated_at=NOW)
@@ -191,9 +191,9 @@ def _profile_for(user_id: str, seed: int):
 
 
 def _write_user(args: tuple[str, int, int, int, tuple[str, ...]]) -> int:
-    from facts.cardfile import dump_card
-    from facts.profilefile import dump_profile
-    from facts.store import Store
+    from facts.storage.cardfile import dump_card
+    from facts.storage.profilefile import dump_profile
+    from facts.storage.store import Store
 
     root, index, facts, seed, agents = args
     store = Store(root)
@@ -235,7 +235,9 @@ def generate(root: Path, *, users: int, facts: int, seed: int = 7, workers: int 
         shutil.rmtree(root)
     memory.mkdir(parents=True)
     english_words(), chinese_words()  # warm the caches before forking
-    jobs = [(str(memory), i, facts, seed, AGENTS) for i in range(users)]
+    jobs: list[tuple[str, int, int, int, tuple[str, ...]]] = [
+        (str(memory), i, facts, seed, AGENTS) for i in range(users)
+    ]
     jobs.append((str(memory), -1, facts, seed, (HEAVY_AGENT,)))
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         return sum(pool.imap_unordered(_write_user, jobs, chunksize=20))

@@ -1,25 +1,37 @@
 """Page helpers every dashboard view shares: who is acting, the audit entry of a
-change, paging with the filters kept, the "changed" event htmx regions refresh on,
-line diffs of two texts, the fact named in a URL checked against its scope, and when a
-recorded message was said."""
+settings change, the flash line of a form that did not validate, paging with the
+filters kept, the "changed" event htmx regions refresh on, line diffs of two texts, the
+fact named in a URL checked against its scope, and when a recorded message was said."""
 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
+from django import forms
+from django.contrib import messages
 from django.core.paginator import Page, Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django_htmx.http import trigger_client_event
+from django_htmx.middleware import HtmxDetails
 
 from facts.audit import record
-from facts.errors import InvalidId
-from facts.ids import check_fact_id
 from facts.models import AuditEvent, FactCard
+from facts.storage.errors import InvalidId
+from facts.storage.ids import check_fact_id
 
 PAGE_SIZE = 50
+
+
+class HtmxHttpRequest(HttpRequest):
+    """The request a view that answers htmx receives: django-htmx's middleware sets
+    `request.htmx` (truthy when htmx sent the request), as django-htmx documents for
+    type checking."""
+
+    htmx: HtmxDetails
 
 
 def actor_of(request: HttpRequest) -> str:
@@ -27,9 +39,23 @@ def actor_of(request: HttpRequest) -> str:
 
 
 def audit(request: HttpRequest, action: str, **fields: Any) -> AuditEvent:
-    """The audit entry of a change made on a page: `facts.audit.record` with the
-    signed-in curator as the actor."""
+    """The audit entry of a settings change made on a page (budgets, keys, accounts,
+    rebuilds): `facts.audit.record` with the signed-in curator as the actor. Changes to
+    memory are audited by their verb in `facts.curation`, not here."""
     return record(actor_of(request), action, **fields)
+
+
+def flash_errors(
+    request: HttpRequest, prefix: str, form: forms.BaseForm, *, label: Callable[[str], str] | None = str
+) -> None:
+    """The one flash line of a form that did not validate: `prefix` then each field's
+    errors ("Not saved: key: too long; category: …"); `label` names a field for people,
+    None leaves the names out."""
+    if label is None:
+        text = " ".join(str(e) for errors in form.errors.values() for e in errors)
+    else:
+        text = "; ".join(f"{label(k)}: {' '.join(str(e) for e in v)}" for k, v in form.errors.items())
+    messages.error(request, f"{prefix} {text}")
 
 
 def page_of(request: HttpRequest, items: Any, number: int | None, per_page: int = PAGE_SIZE) -> Page:

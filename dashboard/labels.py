@@ -3,8 +3,8 @@ and the gate's reason codes. Presentation only; the codes stay what the data hol
 
 from __future__ import annotations
 
-from facts import gate
 from facts.enums import PROFILE_SECTIONS
+from facts.judging import gate
 from retrieval.render import TITLES
 
 # The same titles the agents read in their memory block (one list, in retrieval.render).
@@ -32,7 +32,7 @@ REASON_HELP: dict[str, str] = {
     gate.INVALID: "The model's proposal was malformed (a missing field, a value out of range).",
 }
 
-# A backtest's outcomes (facts.backtest), as a curator says them.
+# A backtest's outcomes (facts.judging.backtest), as a curator says them.
 OUTCOME_WORDS: dict[str, str] = {
     "accepted": "written",
     "pending": "held for review",

@@ -72,7 +72,7 @@ class Seam:
         self.calls: list[tuple[float, Any]] = []
 
     def __enter__(self) -> Seam:
-        from facts import pipeline
+        from facts.judging import pipeline
 
         self._module = pipeline
         self._real = pipeline.extract
@@ -96,8 +96,8 @@ class Seam:
 
 def run_conversation(conversation: dict[str, Any]) -> Call:
     """Feed one conversation through synchronous ingestion and classify the outcome."""
-    from facts import pipeline
-    from facts.extraction import ExtractionError
+    from facts.judging import pipeline
+    from facts.judging.extraction import ExtractionError
 
     name = conversation["name"]
     started = time.perf_counter()
@@ -133,7 +133,7 @@ def _run_of(conversation: dict[str, Any], result: Any) -> Any:
 
 def classify(name: str, seam_calls: list[tuple[float, Any]], run: Any) -> Call:
     """What one conversation's model call came to, checked at the seam and in the DB."""
-    from facts.extraction import Extraction, ExtractionError
+    from facts.judging.extraction import Extraction, ExtractionError
     from facts.models import ExtractionRun
 
     run_ids = (run.id,) if run is not None else ()
@@ -187,7 +187,7 @@ def collect_candidates() -> list[CandidateRow]:
 def collect_stored() -> list[StoredMemory]:
     """What extraction wrote, read from the files (the source of truth), not the mirror."""
     from facts.enums import PROFILE_SECTIONS, SourceKind
-    from facts.store import get_store
+    from facts.storage.store import get_store
 
     store = get_store()
     stored = []
@@ -253,7 +253,7 @@ def queue_problems(candidates: list[CandidateRow], runs: list[int]) -> list[str]
     texts = []
     pages = max(1, -(-len(candidates) // PAGE_SIZE))
     for number in range(1, pages + 1):
-        response = client.get(url, {"state": "all", "page": number})
+        response = client.get(url, {"state": "all", "page": str(number)})
         if response.status_code != 200:
             problems.append(f"review queue {url} page {number} answered {response.status_code}")
         texts.append(response.content.decode())

@@ -1,14 +1,15 @@
 """The one way an audit entry is written: who did what to which target, and why.
 
-Dashboard pages call it with the signed-in curator as the actor (`dashboard.helpers.audit`),
-the gate's reviewer actions with the reviewer. Details hold ids and counts, never content.
+The verbs of `facts.curation` call it with the curator (or the agent's identity) as the
+actor, dashboard settings pages through `dashboard.helpers.audit`. Details hold ids and
+counts, never content.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .models import AuditEvent
+from facts.models import AuditEvent
 
 
 def record(
@@ -22,7 +23,8 @@ def record(
     **details: Any,
 ) -> AuditEvent:
     return AuditEvent.objects.create(
-        actor=actor,
+        # The column holds 150 characters; an agent's identity can be longer (PostgreSQL would refuse it).
+        actor=actor[:150],
         action=action,
         target=target,
         user_id=user_id or "",

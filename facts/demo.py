@@ -12,12 +12,15 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 from django.db.models import Q
 
-from .models import ExtractedMessage
-from .pipeline import run_turns_now
+from facts.judging.pipeline import run_turns_now
+from facts.models import ExtractedMessage
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 DEMO_FILE = Path(__file__).parent / "demo_data" / "demo.jsonl"
 
@@ -34,7 +37,7 @@ def _already_loaded(line: dict[str, Any]) -> bool:
     return bool(ids) and done >= len(ids)
 
 
-def load_demo(stdout: TextIO, path: Path = DEMO_FILE) -> dict[str, int]:
+def load_demo(stdout: SupportsWrite[str], path: Path = DEMO_FILE) -> dict[str, int]:
     """Ingest the demo turns; print what happened. Returns verdict counts."""
     verdicts: Counter[str] = Counter()
     reasons: Counter[str] = Counter()

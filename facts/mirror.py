@@ -16,15 +16,15 @@ from typing import Any
 
 from django.db import transaction
 
-from . import hooks
-from .cardfile import Card, dump_card, file_digest, parse_card, parse_card_fast
-from .errors import CardParseError, InvalidId, RevisionConflict
-from .fileread import ReadRefused, read_bounded
-from .ids import normalize_agent, normalize_id, shard
-from .models import FactCard, FactRevision, ProfileSection
-from .profilefile import Profile, parse_profile
-from .store import Store
-from .writer import Put, commit, mirror_profile, mirror_row, upsert_mirror
+from facts.models import FactCard, FactRevision, ProfileSection
+from facts.storage import hooks
+from facts.storage.cardfile import Card, dump_card, file_digest, parse_card, parse_card_fast
+from facts.storage.errors import CardParseError, InvalidId, RevisionConflict
+from facts.storage.fileread import ReadRefused, read_bounded
+from facts.storage.ids import normalize_agent, normalize_id, shard
+from facts.storage.profilefile import Profile, parse_profile
+from facts.storage.store import Store
+from facts.storage.writer import Put, commit, mirror_profile, mirror_row, upsert_mirror
 
 Progress = Callable[[int, int], None]
 
@@ -470,10 +470,10 @@ def mirror_drift(snap: FileSnapshot) -> Drift:
             drift.changed.append(fact_id)
     drift.extra.extend(sorted(set(mirrored) - set(snap.cards)))
     profiles = dict(ProfileSection.objects.values_list("user_id", "file_sha256").distinct())
-    for user_id, item in snap.profiles.items():
+    for user_id, scanned in snap.profiles.items():
         if user_id not in profiles:
             drift.missing.append(f"profile:{user_id}")
-        elif profiles[user_id] != item.digest:
+        elif profiles[user_id] != scanned.digest:
             drift.changed.append(f"profile:{user_id}")
     drift.extra.extend(f"profile:{u}" for u in sorted(set(profiles) - set(snap.profiles)))
     drift.missing.sort()
@@ -515,9 +515,9 @@ def rebuild_mirror(snap: FileSnapshot, *, actor: str = "reindex", full: bool = F
             FactCard.objects.filter(id__in=gone).delete()
         stats.removed = len(gone)
         ProfileSection.objects.exclude(user_id__in=list(snap.profiles)).delete()
-        for item in snap.profiles.values():
-            assert item.profile is not None
-            mirror_profile(item.profile, item.rel, item.digest)
+        for scanned in snap.profiles.values():
+            assert scanned.profile is not None
+            mirror_profile(scanned.profile, scanned.rel, scanned.digest)
     _record_hand_edits(revisions, actor)
     stats.cards = len(snap.cards)
     stats.profiles = len(snap.profiles)

@@ -10,12 +10,12 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from .enums import CardStatus, Category, SourceKind, choices
-from .store import Bucket
+from facts.enums import CardStatus, Category, SourceKind, choices
+from facts.storage.store import Bucket
 
 
 class FactCard(models.Model):
-    """Mirror of one fact card file. Never written except by `facts.writer`."""
+    """Mirror of one fact card file. Never written except by `facts.storage.writer`."""
 
     id = models.CharField(primary_key=True, max_length=17)
     key = models.CharField(max_length=120)
@@ -169,7 +169,7 @@ class Turn(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True, default="")
     run = models.ForeignKey("ExtractionRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="turns")
-    # The claim of the worker processing it (facts/claims.py): who, and until when
+    # The claim of the worker processing it (facts/intake/claims.py): who, and until when
     # unless renewed. A processing turn whose lease has passed is stuck: taken over.
     # (Both are looked up with status=processing, which the indexes below lead with.)
     claimed_by = models.CharField(max_length=32, blank=True, default="")
@@ -223,7 +223,7 @@ class ExtractionRun(models.Model):
     replay = models.BooleanField(default=False, help_text="model output supplied, model not called")
     # Blank for replays: nothing was called.
     extractor = models.CharField(max_length=16, choices=Extractor.choices, blank=True, default="")
-    # What the model was sent, by reference (facts.extraction.request_record: the rules'
+    # What the model was sent, by reference (facts.judging.extraction.request_record: the rules'
     # version, profile section names, existing fact ids), so a failed or surprising run
     # can be read on its page; never stored facts' text (see request_record).
     request = models.JSONField(default=dict, blank=True)
@@ -239,7 +239,7 @@ class ExtractionRun(models.Model):
     # The claim of its turns: a running run past its lease was abandoned by its worker.
     claimed_by = models.CharField(max_length=32, blank=True, default="")
     lease_until = models.DateTimeField(null=True, blank=True)
-    # What the gate judged under (facts.backtest replays against these): the moment it
+    # What the gate judged under (facts.judging.backtest replays against these): the moment it
     # planned, under the buckets' locks, and the settings. Null on runs recorded before.
     judged_at = models.DateTimeField(null=True, blank=True)
     threshold = models.FloatField(null=True, blank=True)
@@ -342,7 +342,7 @@ class AuditEvent(models.Model):
         TEAM = "team"
         # A project given to a tenant or shared (facts/tenancy.py).
         PROJECT = "project"
-        # A fact a curator wrote by hand (facts/manual.py; its card's source kind is manual).
+        # A fact a curator wrote by hand (facts/curation/manual.py; its card's source kind is manual).
         ADD_FACT = "add_fact"
 
     actor = models.CharField(max_length=150)

@@ -1,10 +1,10 @@
 """The worker side of the turn queue (django-tasks; `manage.py db_worker` runs the tasks).
 
-    record_turn (facts.queue) ──► schedule ──► process_thread_task(user, agent, thread)
-    process_thread ──► the thread's pending turns, claimed, merged ──► facts.pipeline
+    record_turn (facts.intake.queue) ──► schedule ──► process_thread_task(user, agent, thread)
+    process_thread ──► the thread's pending turns, claimed, merged ──► facts.judging.pipeline
 
 Every turn enqueues `process_thread_task` for the end of its debounce window;
-`process_thread` claims the thread's pending turns with a lease (`facts.claims`), runs
+`process_thread` claims the thread's pending turns with a lease (`facts.intake.claims`), runs
 them through the pipeline as one extraction, and on a failed model call leaves them
 pending with the error and a retry scheduled with backoff. `reclaim_expired` hands the
 turns of a worker that died (its lease lapsed) to the next one; `retry_failed` puts
@@ -26,11 +26,12 @@ from django.utils import timezone
 from django_tasks import TaskContext, TaskResultStatus, task, task_backends
 from django_tasks_db.models import DBTaskResult
 
-from . import claims, tenancy
-from .erasure.guard import ErasureInProgress, erasing
-from .extraction import ExtractionError
-from .models import ExtractionRun, Turn
-from .pipeline import LOST, LOST_ERROR, RunResult, run_pipeline
+from facts import tenancy
+from facts.erasure.guard import ErasureInProgress, erasing
+from facts.intake import claims
+from facts.judging.extraction import ExtractionError
+from facts.judging.pipeline import LOST, LOST_ERROR, RunResult, run_pipeline
+from facts.models import ExtractionRun, Turn
 
 log = logging.getLogger(__name__)
 

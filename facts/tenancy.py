@@ -31,12 +31,12 @@ from pathlib import Path
 
 from django.conf import settings
 
-from .atomic import atomic_write
-from .errors import InvalidId
-from .ids import normalize_id
-from .sanitize import has_control
-from .store import Bucket, Store, get_store
-from .turns import TurnRejected
+from facts.intake.sanitize import has_control
+from facts.intake.turns import TurnRejected
+from facts.storage.atomic import atomic_write
+from facts.storage.errors import InvalidId
+from facts.storage.ids import normalize_id
+from facts.storage.store import Bucket, Store, get_store
 
 SETTINGS_FILE = "project.json"
 MAX_TENANT_CHARS = 100
@@ -190,8 +190,8 @@ def set_tenancy(
     """Give a project to a tenant (``""``: no tenant) or share it; audited with what it was."""
     from django.utils import timezone
 
-    from . import audit
-    from .models import AuditEvent
+    from facts import audit
+    from facts.models import AuditEvent
 
     tenant = check_tenant(tenant)
     normalize_id(project_id, what="project_id")
@@ -248,7 +248,7 @@ def project_rows(query: str = "", *, root: Path | str | None = None) -> list[Pro
     file — sorted by id, in four grouped queries and one folder listing."""
     from django.db.models import Count, Q
 
-    from .models import ExtractionRun, FactCard, Turn
+    from facts.models import ExtractionRun, FactCard, Turn
 
     rows: dict[str, ProjectRow] = {}
 

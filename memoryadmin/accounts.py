@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.contrib.auth.tokens import PasswordResetTokenGenerator
 from django.db import transaction
 from django.utils import timezone
@@ -34,7 +34,7 @@ from facts.models import AuditEvent
 from .models import SetPasswordLink
 
 
-def _link_of(account: AbstractBaseUser) -> SetPasswordLink | None:
+def _link_of(account: User) -> SetPasswordLink | None:
     return SetPasswordLink.objects.filter(account_id=account.pk).first()
 
 
@@ -43,12 +43,12 @@ class LinkTokens(PasswordResetTokenGenerator):
 
     key_salt = "memoryadmin.accounts.LinkTokens"
 
-    def _make_hash_value(self, user: AbstractBaseUser, timestamp: int) -> str:
+    def _make_hash_value(self, user: User, timestamp: int) -> str:
         link = _link_of(user)
         nonce = link.nonce if link is not None else ""
         return f"{super()._make_hash_value(user, timestamp)}{nonce}{int(bool(user.is_active))}"
 
-    def check_token(self, user: AbstractBaseUser | None, token: str | None) -> bool:
+    def check_token(self, user: User | None, token: str | None) -> bool:
         if user is None or not user.is_active:
             return False
         link = _link_of(user)
@@ -64,7 +64,7 @@ def timeout() -> timedelta:
     return timedelta(seconds=int(settings.PASSWORD_RESET_TIMEOUT))
 
 
-def issue(account: AbstractBaseUser, *, actor: str, audit_it: bool = True) -> tuple[str, str, datetime, bool]:
+def issue(account: User, *, actor: str, audit_it: bool = True) -> tuple[str, str, datetime, bool]:
     """A new link for `account`, revoking any earlier one: (uidb64, token, expires_at,
     whether a live link was revoked)."""
     now = timezone.now()
@@ -83,7 +83,7 @@ def issue(account: AbstractBaseUser, *, actor: str, audit_it: bool = True) -> tu
     return uid, tokens.make_token(account), now + timeout(), revoked
 
 
-def _revoke(account: AbstractBaseUser, *, actor: str, why: str) -> bool:
+def _revoke(account: User, *, actor: str, why: str) -> bool:
     link = _link_of(account)
     if link is None:
         return False
@@ -94,13 +94,13 @@ def _revoke(account: AbstractBaseUser, *, actor: str, why: str) -> bool:
     return True
 
 
-def revoke(account: AbstractBaseUser, *, actor: str, why: str) -> bool:
+def revoke(account: User, *, actor: str, why: str) -> bool:
     """Kill the account's link (deactivation); True when a live one was revoked."""
     with transaction.atomic():
         return _revoke(account, actor=actor, why=why)
 
 
-def used(account: AbstractBaseUser) -> None:
+def used(account: User) -> None:
     """The owner set the password through the link: the link is spent."""
     with transaction.atomic():
         SetPasswordLink.objects.filter(account_id=account.pk).delete()

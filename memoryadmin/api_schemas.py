@@ -1,7 +1,7 @@
 """Request bodies and parameters of the agents' API: parsing and validation.
 
 Everything an agent sends is checked here, before any memory code sees it (a turn
-by the one validation every door uses, `facts.turns.clean_turn`); every problem
+by the one validation every door uses, `facts.intake.turns.clean_turn`); every problem
 becomes a `BadRequest` naming the field.
 """
 
@@ -13,9 +13,9 @@ from typing import Any
 
 from django.conf import settings
 
-from facts import turns
-from facts.sanitize import MAX_JSON_DEPTH, NotJson, check_json
-from facts.turns import CleanTurn, TurnRejected
+from facts.intake import turns
+from facts.intake.sanitize import MAX_JSON_DEPTH, NotJson, check_json
+from facts.intake.turns import CleanTurn, TurnRejected
 from retrieval.limits import clamp_limit
 
 MAX_QUERY_CHARS = 2000
@@ -121,7 +121,7 @@ def _read_chunked(request: Any, limit: int) -> bytes:
 
 
 def clean_id(field: str, value: Any, *, required: bool) -> str | None:
-    """A user, thread or project id, by the write side's rule for agents (`facts.turns.clean_id`)."""
+    """A user, thread or project id, by the write side's rule for agents (`facts.intake.turns.clean_id`)."""
     try:
         return turns.clean_id(field, value, required=required, allow_paths=False)
     except TurnRejected as exc:
@@ -140,7 +140,7 @@ def clean_agent(value: Any) -> str:
 
 def parse_turn(data: dict[str, Any]) -> CleanTurn:
     """The turn of a request body, through the one validation every door uses
-    (`facts.turns.clean_turn`)."""
+    (`facts.intake.turns.clean_turn`)."""
     try:
         return turns.clean_turn(
             user_id=data.get("user_id"),

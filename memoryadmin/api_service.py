@@ -1,7 +1,7 @@
 """What the agents' front door does, shared by the HTTP views and the in-process
 `LocalMemory`, so both paths behave the same.
 
-It composes the write side (`facts.queue`, `facts.writer`) and the read side
+It composes the write side (`facts.intake.queue`, `facts.storage.writer`) and the read side
 (`retrieval.render`, `retrieval.search`) and owns neither.
 """
 
@@ -26,15 +26,15 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from facts import audit, injections, tenancy, writer
-from facts.cardfile import now_utc
+from facts import injections, tenancy
+from facts.curation import cards
 from facts.enums import CardStatus
-from facts.errors import InvalidId
-from facts.ids import DEFAULT_AGENT, check_fact_id, normalize_agent
 from facts.injections import Served
-from facts.models import AuditEvent, Candidate, FactCard, FactUsage, Injection, Turn
-from facts.queue import queue_turn
-from facts.turns import CleanTurn
+from facts.intake.queue import queue_turn
+from facts.intake.turns import CleanTurn
+from facts.models import Candidate, FactCard, FactUsage, Injection, Turn
+from facts.storage.errors import InvalidId
+from facts.storage.ids import DEFAULT_AGENT, check_fact_id, normalize_agent
 from retrieval.render import render_context
 from retrieval.search import memory_search_json
 from retrieval.tokens import count_tokens
@@ -53,7 +53,7 @@ class Scope:
 
 
 def accept_turn(turn: CleanTurn, *, flush: bool = False) -> dict[str, Any]:
-    """Store the turn, validated by `facts.turns.clean_turn` (before answering), and
+    """Store the turn, validated by `facts.intake.turns.clean_turn` (before answering), and
     schedule its extraction."""
     with _writer_slot():
         receipt = queue_turn(turn, flush=flush)
@@ -160,7 +160,7 @@ def serve_context(
         user_id=scope.user_id, agent_name=scope.agent_name, project_id=scope.project_id, mode=mode, now=now
     )
     body = rendered.as_dict()
-    included = body.get("included") or []
+    included = list(rendered.included)
     count_usage("injected", included)
     log_injection(scope, Injection.Kind.CONTEXT, included, rendered.text, door=door, mode=mode, tokens=rendered.tokens)
     return body
@@ -351,8 +351,8 @@ def list_facts(scope: Scope, *, category: str | None = None, limit: int = 50) ->
 
 
 def expire_fact(scope: Scope, fact_id: str, *, actor: str, reason: str) -> dict[str, Any]:
-    """Expire one active card of the user × agent now, through the one write function,
-    and audit it as the dashboard's "expire" does. Never deletes: the card stays
+    """Expire one active card of the user × agent now: the dashboard's verb
+    (`facts.curation.cards.expire`), written and audited the same way. Never deletes: the card stays
     browsable and a reviewer can restore it. Project cards are shared by every user of
     the project, so one user's agent cannot expire them.
 
@@ -368,23 +368,9 @@ def expire_fact(scope: Scope, fact_id: str, *, actor: str, reason: str) -> dict[
         raise UnknownFact(fact_id)
     if row.status != CardStatus.ACTIVE:
         raise ValueError(f"{fact_id} is already {row.status}")
-    at = now_utc()
-
-    def change(card: Any) -> Any:
-        return card.model_copy(update={"status": CardStatus.EXPIRED, "expires_at": at})
-
-    card = writer.update_card(row.bucket, row.id, change, actor=actor, reason=reason)
-    audit.record(
-        actor[:150],
-        AuditEvent.Action.EXPIRE,
-        target=row.id,
-        user_id=row.user_id,
-        agent_name=row.agent_name,
-        reason=reason,
-        revision=card.revision,
-        at="now",
-    )
-    return {"id": card.id, "status": str(card.status), "expires_at": at.isoformat(), "revision": card.revision}
+    card = cards.expire(row, actor=actor, reason=reason).card
+    expires_at = card.expires_at.isoformat() if card.expires_at else None
+    return {"id": card.id, "status": str(card.status), "expires_at": expires_at, "revision": card.revision}
 
 
 def turn_outcome(turn_ids: Sequence[int]) -> dict[str, Any]:

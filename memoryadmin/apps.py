@@ -1,3 +1,4 @@
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ class MemoryAdminConfig(AppConfig):
         make_sqlite_folders(settings.DATABASES)
 
 
-def make_sqlite_folders(databases: dict[str, dict[str, Any]]) -> None:
+def make_sqlite_folders(databases: Mapping[str, Mapping[str, Any]]) -> None:
     """Create the folder of every SQLite database file, private (0700: it holds the
     turns and candidates), before the first connection: SQLite creates the file but
     not its folder. Done at start-up rather than when settings are imported, so that

@@ -22,18 +22,21 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.test import override_settings
 
 from facts import mirror
-from facts.pipeline import run_turns_now
-from facts.store import get_store
+from facts.judging.pipeline import run_turns_now
+from facts.storage.store import get_store
 from memoryadmin.client import LocalMemory
 from memoryadmin.memory_protocol import MemoryContext
 from retrieval import index
 from retrieval.models import AgentSettings
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 USER = "article-user"
 OTHER_USER = "article-other-user"
@@ -154,7 +157,7 @@ class _Rollback(Exception):
     pass
 
 
-def run(stdout: IO[str]) -> DemoResult:
+def run(stdout: SupportsWrite[str]) -> DemoResult:
     result = DemoResult()
     with (
         tempfile.TemporaryDirectory(prefix="article-demo-") as tmp,
@@ -212,7 +215,7 @@ def _scenario(result: DemoResult) -> None:
 
     result.auto = memory.context(alice, mode="auto")
     result.tool = memory.context(alice, mode="tool")
-    by_id = {item.card.id: item.card for item in snap.cards.values()}
+    by_id = {item.card.id: item.card for item in snap.cards.values() if item.card is not None}
     say("")
     say(f"auto 模式（{result.auto['tokens']} token）：")
     say(f"共享画像：{PROFILE_TEXT}" if PROFILE_TEXT in result.auto["text"] else "共享画像：（无）")

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from facts.ids import DEFAULT_AGENT
+from facts.storage.ids import DEFAULT_AGENT
 from retrieval.limits import clamp_limit
 
 from .memory_protocol import MemoryContext, MemoryRejected, MemoryUnavailable
@@ -51,7 +51,7 @@ class LocalMemory:
         created_at: str | datetime | None = None,
     ) -> dict[str, Any]:
         from facts.erasure.guard import ErasureInProgress
-        from facts.turns import TurnRejected, clean_turn
+        from facts.intake.turns import TurnRejected, clean_turn
         from memoryadmin import api_service
 
         try:

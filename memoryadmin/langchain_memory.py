@@ -47,7 +47,7 @@ from langchain.tools import ToolRuntime, tool
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, RemoveMessage, SystemMessage
 from langchain_core.tools import BaseTool
 
-from facts.filtering import INJECTED_ORIGINS
+from facts.intake.filtering import INJECTED_ORIGINS
 from retrieval.limits import clamp_limit
 
 from .memory_protocol import Memory, MemoryContext
@@ -64,7 +64,7 @@ _ROLE = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool",
 
 
 def _jsonable(value: Any) -> Any:
-    # NaN and ±Infinity are not JSON and the API refuses them (facts/sanitize.py); a score
+    # NaN and ±Infinity are not JSON and the API refuses them (facts/intake/sanitize.py); a score
     # in a message's metadata must not cost the user's words, so they travel as null, as
     # JavaScript's JSON.stringify does.
     text = json.dumps(value, default=str, ensure_ascii=False)
@@ -83,7 +83,7 @@ def to_wire(message: BaseMessage) -> dict[str, Any]:
     if isinstance(message, AIMessage) and message.tool_calls:
         data["tool_calls"] = _jsonable(message.tool_calls)
     if getattr(message, "tool_call_id", None):
-        data["tool_call_id"] = message.tool_call_id  # type: ignore[attr-defined]
+        data["tool_call_id"] = message.tool_call_id
     if message.name:
         data["name"] = message.name
     return data
@@ -175,7 +175,8 @@ def make_memory_search_tool(memory: Memory) -> BaseTool:
 
 class MemoryState(AgentState):
     # The run's real user input, captured before summarization can remove or rewrite it.
-    memory_turn: NotRequired[Annotated[list[dict[str, Any]], PrivateStateAttr]]
+    # AgentState is a TypedDict, but mypy does not read LangChain (pyproject.toml).
+    memory_turn: NotRequired[Annotated[list[dict[str, Any]], PrivateStateAttr]]  # type: ignore[valid-type]
 
 
 def memory_message(text: str, *, as_system: bool = False) -> BaseMessage:

@@ -20,6 +20,7 @@ session manager; it is started on the first MCP request (after a fork, never bef
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import json
 import logging
@@ -90,20 +91,23 @@ class _Bridge:
         self.loop.call_soon_threadsafe(lambda: self.loop.create_task(run_manager()))
         if not ready.wait(30):
             raise RuntimeError("the MCP session manager did not start")
-        self.wsgi = ASGIMiddleware(app, loop=self.loop)
+        # Starlette's ASGI callable is typed more loosely than a2wsgi's (the same protocol).
+        self.wsgi = ASGIMiddleware(app, loop=self.loop)  # type: ignore[arg-type]
 
 
-_bridge: _Bridge | None = None
 _bridge_lock = threading.Lock()
 
 
 def bridge() -> _Bridge:
-    global _bridge
-    if _bridge is None:
-        with _bridge_lock:
-            if _bridge is None:
-                _bridge = _Bridge()
-    return _bridge
+    """The process's one bridge. Made under a lock: two bridges would each hold MCP
+    sessions the other does not know."""
+    with _bridge_lock:
+        return _the_bridge()
+
+
+@functools.cache
+def _the_bridge() -> _Bridge:
+    return _Bridge()
 
 
 def _error(status: int, code: str, message: str, **headers: str) -> HttpResponse:
@@ -170,7 +174,8 @@ def _forward(environ: dict[str, Any]) -> HttpResponse:
         started["status"], started["headers"] = int(status.split(" ", 1)[0]), headers
 
     # JSON responses: the whole answer is one body, collected before Django sends it.
-    content = b"".join(bridge().wsgi(environ, start_response))
+    # A WSGI environ and start_response, typed as Django and this module hold them.
+    content = b"".join(bridge().wsgi(environ, start_response))  # type: ignore[arg-type]
     response = HttpResponse(content, status=started.get("status", 500))
     for name, value in started.get("headers", []):
         if name.lower() not in ("content-length", "connection", "transfer-encoding"):

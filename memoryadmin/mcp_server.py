@@ -30,8 +30,8 @@ from pydantic import BaseModel, Field
 
 from facts.enums import Category
 from facts.erasure.guard import ErasureInProgress
+from facts.intake.turns import TurnRejected, clean_turn
 from facts.tenancy import ProjectNotAllowed
-from facts.turns import TurnRejected, clean_turn
 from retrieval.indexdb import IndexUnavailable
 
 from . import api_service

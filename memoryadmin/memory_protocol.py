@@ -43,7 +43,8 @@ class MemoryRejected(MemoryBackendError):
 class Memory(Protocol):
     """What the middleware and the tool need; `LocalMemory` and `MemoryClient` agree."""
 
-    outbox: Outbox | DurableOutbox
+    @property
+    def outbox(self) -> Outbox | DurableOutbox: ...
 
     def record_turn(
         self,

@@ -19,7 +19,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection
 
-from facts.atomic import create_private_file
+from facts.storage.atomic import create_private_file
 
 from .models import RateCounter
 

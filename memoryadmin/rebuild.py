@@ -12,7 +12,7 @@ from typing import Any
 
 from facts import mirror
 from facts.mirror import Drift, FileSnapshot
-from facts.store import get_store
+from facts.storage.store import get_store
 from retrieval import derived, index
 
 Progress = Callable[[int, int], None]

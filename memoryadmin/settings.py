@@ -272,7 +272,7 @@ MEMORY_MAX_CANDIDATES_PER_RUN = env_int("MEMORY_MAX_CANDIDATES_PER_RUN", 100)
 MEMORY_DEBOUNCE_SECONDS = env_float("MEMORY_DEBOUNCE_SECONDS", 30.0)
 # How long a process waits for another one's per-user lock before giving up.
 MEMORY_LOCK_TIMEOUT = env_float("MEMORY_LOCK_TIMEOUT", 30.0)
-# The largest card file (bytes) written, read, imported or indexed (issue 34; facts/fileread.py);
+# The largest card file (bytes) written, read, imported or indexed (issue 34; facts/storage/fileread.py);
 # a profile may be 16 times that. And how long one memory file's read may take before a
 # scan, check or rebuild reports it ("did not answer") and goes on.
 MEMORY_MAX_CARD_BYTES = env_int("MEMORY_MAX_CARD_BYTES", 65536)
@@ -291,7 +291,7 @@ MEMORY_LLM_TIMEOUT = env_float("MEMORY_LLM_TIMEOUT", 60.0)
 MEMORY_LLM_MAX_RETRIES = env_int("MEMORY_LLM_MAX_RETRIES", 2)
 MEMORY_LLM_MAX_TOKENS = env_int("MEMORY_LLM_MAX_TOKENS", 1024)
 # Which extractor turns conversations into candidates: "llm" (the model above) or
-# "rules" (facts/rules_extractor/, no model). Empty: llm when MEMORY_LLM_BASE_URL is
+# "rules" (facts/judging/rules_extractor/, no model). Empty: llm when MEMORY_LLM_BASE_URL is
 # set, else rules, so a fresh install with no model server still learns.
 MEMORY_EXTRACTOR = env_str("MEMORY_EXTRACTOR", "").strip().lower()
 

@@ -1,7 +1,7 @@
 """What `doctor` checks before several machines share one file root (docs/scaling.md).
 
 The write path serialises writers with ``flock`` locks under ``MEMORY_ROOT/.locks``
-(`facts.locks`, through the filelock library). Across machines those locks only hold
+(`facts.storage.locks`, through the filelock library). Across machines those locks only hold
 when the file system's server arbitrates them:
 
 - NFSv4 / NFSv4.1 (Amazon EFS is NFSv4.1): the Linux client turns ``flock`` into
@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from facts.atomic import PRIVATE_FILE_MODE, make_private_dirs
+from facts.storage.atomic import PRIVATE_FILE_MODE, make_private_dirs
 
 NETWORK_TYPES = ("nfs", "nfs4", "ceph", "cifs", "smb3", "9p", "glusterfs", "lustre", "gpfs", "beegfs")
 SUPPORTED_SHARED = ("nfs4", "ceph", "fuse.ceph-fuse")

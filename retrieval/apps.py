@@ -8,7 +8,8 @@ class RetrievalConfig(AppConfig):
     def ready(self) -> None:
         # The index follows every committed write (docs/design.md §3). Registered here so
         # the write side never imports the read side.
-        from facts import hooks, mirror
+        from facts import mirror
+        from facts.storage import hooks
 
         from . import follow, index, scancache, tokenize
 

@@ -37,9 +37,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from facts.errors import InvalidId
-from facts.ids import check_fact_id, normalize_agent
-from facts.turns import TurnRejected, clean_id
+from facts.intake.turns import TurnRejected, clean_id
+from facts.storage.errors import InvalidId
+from facts.storage.ids import check_fact_id, normalize_agent
 
 REQUIRED = ("id", "user_id", "agent_name", "query")
 OPTIONAL = ("project_id", "expected_fact_ids", "expected_message_ids")

@@ -41,10 +41,10 @@ from django.db.models import Q
 from django.utils import timezone
 
 from facts.erasure.scrub import scrub_sqlite, sqlite_files, sweep_generations
-from facts.errors import StoreError
 from facts.mirror import snapshot
 from facts.models import CardChange, Erasure, FactCard
-from facts.store import get_store
+from facts.storage.errors import StoreError
+from facts.storage.store import get_store
 
 from . import index
 
@@ -167,7 +167,7 @@ class Follower:
         # The newest row stays: a machine coming back compares its position with the log's
         # oldest row, and an emptied log could not tell it what it missed (`resume`).
         CardChange.objects.filter(created_at__lt=timezone.now() - timedelta(seconds=KEEP_SECONDS)).exclude(
-            id=newest
+            id=newest  # type: ignore[misc]
         ).delete()
 
 

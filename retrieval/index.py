@@ -13,7 +13,7 @@ A search ANDs the scope term into ``MATCH``, so FTS5 only ever walks the posting
 one bucket instead of ranking every user's matches and filtering afterwards (the
 comparable design that filtered after ``MATCH`` took 44 ms p50 per query at 100k rows).
 
-The index is told about every committed write by `facts.hooks` (`on_cards_changed`),
+The index is told about every committed write by `facts.storage.hooks` (`on_cards_changed`),
 rebuilt from the files by ``manage.py reindex`` (`rebuild_from_snapshot`), compared
 with them by ``reindex --check`` (`drift`), and rebuilt on first use when its file is
 missing or corrupt. Each row also names its card's sentence vector (``vhash``, see
@@ -35,13 +35,13 @@ from itertools import chain
 from pathlib import Path
 from typing import NamedTuple
 
-from facts import sqlitegen
-from facts.atomic import make_private_dirs
-from facts.cardfile import Card
 from facts.enums import CardStatus
-from facts.ids import normalize_agent
 from facts.mirror import Drift, FileSnapshot, Scanned, gc_paused, refresh, snapshot
-from facts.store import Store
+from facts.storage import sqlitegen
+from facts.storage.atomic import make_private_dirs
+from facts.storage.cardfile import Card
+from facts.storage.ids import normalize_agent
+from facts.storage.store import Store
 
 from . import derived, scancache, tokens, vectors
 from .indexdb import (  # noqa: F401 - re-exported: callers use `index.connection()` etc.
@@ -260,7 +260,7 @@ def scanned_row(item: Scanned) -> ScanRow | None:
         card = item.card
         found = None if card is None else scan_row(card)
         item.extra[SCAN_EXTRA] = found
-    return found  # type: ignore[return-value]
+    return found
 
 
 SCAN_EXTRA = "index"

@@ -5,7 +5,7 @@ Split out of `retrieval.index` (which holds the rows, writes, rebuilds and reads
 index file attaches the vector cache (`retrieval.vectors`, ``vectors.sqlite3`` beside
 it) as schema ``vc``, so one query joins a bucket's rows to their vectors.
 
-``index.sqlite3`` is a link to the index's current generation (`facts.sqlitegen`): a
+``index.sqlite3`` is a link to the index's current generation (`facts.storage.sqlitegen`): a
 replacement is built under its own name and published by moving the link, and every
 connection checks before each use that the link still names the files it opened (the
 index's and the vector cache's: two stats), reconnecting when it does not. When there is
@@ -32,8 +32,8 @@ from pathlib import Path
 from django.conf import settings
 from filelock import FileLock, Timeout
 
-from facts import sqlitegen
-from facts.atomic import PRIVATE_FILE_MODE, create_private_file, make_private_dirs
+from facts.storage import sqlitegen
+from facts.storage.atomic import PRIVATE_FILE_MODE, create_private_file, make_private_dirs
 
 from . import vectors
 
@@ -441,7 +441,7 @@ def _create_empty(path: Path) -> bool:
     """When the store holds no card at all, publish an empty index now (a fresh
     install's first read): that is what the files hold. False when there are cards, or
     a rebuild holds the lock."""
-    from facts.store import get_store
+    from facts.storage.store import get_store
 
     store = get_store()
     if next(store.card_files(), None) is not None:
@@ -485,7 +485,7 @@ class _Rebuild(threading.Thread):
         self.done = threading.Event()
         self.started = time.monotonic()
         self.outcome = ""  # "built", "there" (usable already), "refused" (another builds), "failed"
-        from facts.store import get_store
+        from facts.storage.store import get_store
 
         self.store = get_store()
 
@@ -537,7 +537,7 @@ def request_rebuild(path: Path, reason: str) -> _Rebuild | None:
         if running is not None and running.is_alive():
             return running
         recent = running is not None and time.monotonic() - running.started < RETRY_S
-        if recent and running.outcome in ("failed", "refused"):
+        if recent and running is not None and running.outcome in ("failed", "refused"):
             return None
         builder = _Rebuild(path, reason)
         _builders[path] = builder

@@ -155,7 +155,7 @@ def contents(ids: Sequence[str], buckets: Sequence[str] = ()) -> dict[str, tuple
 
 
 def count() -> int:
-    return int(_retrying(lambda conn: conn.execute("SELECT count(*) FROM cards").fetchone()[0]))  # type: ignore[arg-type]
+    return int(_retrying(lambda conn: conn.execute("SELECT count(*) FROM cards").fetchone()[0]))  # type: ignore[call-overload]
 
 
 def card_fields(ids: Sequence[str]) -> dict[str, tuple[str, str, float, str]]:
@@ -166,7 +166,7 @@ def card_fields(ids: Sequence[str]) -> dict[str, tuple[str, str, float, str]]:
     sql = f"SELECT id, content, category, confidence, created_at FROM cards WHERE id IN ({marks})"
     rows = _retrying(lambda conn: conn.execute(sql, tuple(ids)).fetchall())
     assert isinstance(rows, list)
-    return {row[0]: tuple(row[1:]) for row in rows}  # type: ignore[misc]
+    return {row[0]: tuple(row[1:]) for row in rows}
 
 
 def vector_scores(query: str, buckets: Sequence[str], *, now_ts: float) -> tuple[list[str], np.ndarray, np.ndarray]:

@@ -29,9 +29,9 @@ from django.conf import settings
 from django.db import connection
 
 from facts.enums import HISTORY_SECTIONS, USER_SECTIONS, CardStatus
-from facts.ids import normalize_agent
+from facts.intake.sanitize import strip_controls
 from facts.models import FactCard, ProfileSection
-from facts.sanitize import strip_controls
+from facts.storage.ids import normalize_agent
 
 from . import index
 from .models import AgentSettings
@@ -135,7 +135,7 @@ def as_written(text: str) -> str:
     """Memory text as the block shows it: the words as written, its tags neutralized.
 
     Nothing is entity-escaped (the block is not HTML); ``<memory>``/``</memory>`` become
-    ``‹memory›``/``‹/memory›``. Control characters go too (facts/sanitize.py's rule):
+    ``‹memory›``/``‹/memory›``. Control characters go too (facts/intake/sanitize.py's rule):
     turns are cleaned on the way in, but a card edited by hand or written by an older
     version may still hold a NUL.
     """

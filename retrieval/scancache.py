@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import marshal
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from facts.mirror import FileSnapshot, Scanned
 
@@ -68,7 +69,7 @@ def lookup(digests: list[str]) -> dict[str, tuple[tuple, dict[str, object]]]:
         return {}
     keys = _keys(digests)
     found: dict[str, tuple[tuple, dict[str, object]]] = {}
-    same = {}.setdefault
+    same: Callable[[Any, Any], Any] = {}.setdefault
     try:
         for key, entry in _entries(conn, "scans", list(keys)):
             ident, row = marshal.loads(entry)

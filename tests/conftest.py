@@ -16,9 +16,9 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from facts.access import ensure_roles
-from facts.cardfile import Card, Source
-from facts.ids import new_fact_id
-from facts.store import Store
+from facts.storage.cardfile import Card, Source
+from facts.storage.ids import new_fact_id
+from facts.storage.store import Store
 
 FIXED_NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 

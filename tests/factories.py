@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from facts.schemas import FactCandidate
+from facts.judging.schemas import FactCandidate
 
 
 def fact_candidate(

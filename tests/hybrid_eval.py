@@ -32,7 +32,7 @@ def fact_id(label: str) -> str:
 def index_facts(data: dict[str, Any]) -> None:
     """Every fact of the set as an active card of one user × agent, same age and
     confidence (so only relevance orders them)."""
-    from facts.cardfile import Card, Source
+    from facts.storage.cardfile import Card, Source
     from retrieval import index
 
     cards = [

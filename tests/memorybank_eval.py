@@ -204,7 +204,7 @@ def now_for(store: Store, dating: Dating) -> datetime:
 def index_store(store: Store, dating: Dating) -> None:
     """Every unit of `store` as an active card in the current index (again with new
     dates when called again: the same ids are updated, vectors stay cached)."""
-    from facts.cardfile import Card, Source
+    from facts.storage.cardfile import Card, Source
     from retrieval import index
 
     first = min(u.day for u in store.units.values())

@@ -73,16 +73,16 @@ class Score:
 
 def accepted_facts(text: str, *, threshold: float = 0.7) -> tuple[int, list[dict[str, Any]]]:
     """(candidates proposed, the accepted ones) for one user line through the rules and the gate."""
-    from facts import gate
-    from facts.filtering import filter_messages
-    from facts.rules_extractor import extractor
-    from facts.schemas import parse_update
+    from facts.intake.filtering import filter_messages
+    from facts.judging import gate
+    from facts.judging.rules_extractor import extractor
+    from facts.judging.schemas import parse_update
 
     rows = filter_messages([{"id": "u1", "role": "user", "content": text}])
     facts = extractor.extract_facts(rows)
     accepted = []
     for fact, parsed in zip(facts, parse_update({"facts": facts}), strict=True):
-        if parsed.valid and not gate.judge_fact(parsed.value, rows, project_id=None, threshold=threshold):
+        if parsed.valid and not gate.judge_fact(parsed.value, rows, project_id=None, threshold=threshold):  # type: ignore[arg-type]
             accepted.append(fact)
     return len(facts), accepted
 

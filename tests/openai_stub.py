@@ -110,7 +110,7 @@ class OpenAIStub:
                     pass  # the client gave up (timeout test)
 
             def do_GET(self) -> None:
-                # `GET /models`: what a status check asks (facts.extraction.model_status).
+                # `GET /models`: what a status check asks (facts.judging.extraction.model_status).
                 found = self.path.rstrip("/").endswith("/models")
                 data = json.dumps(
                     {"object": "list", "data": [{"id": "stub-model", "object": "model"}]} if found else {}

@@ -50,7 +50,7 @@ class Score:
 
 
 def rows_of(snippet: dict[str, Any]) -> list[Any]:
-    from facts.filtering import filter_messages
+    from facts.intake.filtering import filter_messages
 
     messages = [{"id": f"m{i}", "role": role, "content": text} for i, (role, text) in enumerate(snippet["messages"])]
     return filter_messages(messages)
@@ -58,16 +58,16 @@ def rows_of(snippet: dict[str, Any]) -> list[Any]:
 
 def judge(snippet: dict[str, Any], *, threshold: float = 0.7) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(every candidate, the accepted ones) of one snippet."""
-    from facts import gate
-    from facts.rules_extractor import extractor
-    from facts.schemas import parse_update
+    from facts.judging import gate
+    from facts.judging.rules_extractor import extractor
+    from facts.judging.schemas import parse_update
 
     rows = rows_of(snippet)
     facts = extractor.extract_facts(rows)
     accepted = []
     for fact, parsed in zip(facts, parse_update({"facts": facts}), strict=True):
         assert parsed.valid, (snippet["id"], parsed.error)
-        reasons = gate.judge_fact(parsed.value, rows, project_id=snippet.get("project_id") or None, threshold=threshold)
+        reasons = gate.judge_fact(parsed.value, rows, project_id=snippet.get("project_id") or None, threshold=threshold)  # type: ignore[arg-type]
         if not reasons:
             accepted.append(fact)
     return facts, accepted

@@ -84,7 +84,7 @@ def test_it_flushes_with_the_same_body(agent: Client) -> None:
 
 
 def test_it_serves_the_context_and_counts_the_injection(agent: Client, make_card: Any) -> None:
-    from facts.writer import save_card
+    from facts.storage.writer import save_card
 
     card = save_card(make_card(user_id="alice", agent_name="coder", content="用户偏好用中文解释技术问题。"), actor="t")
     response = agent.get("/api/v1/context", {"user_id": "alice", "agent_name": "coder"})
@@ -98,7 +98,7 @@ def test_it_serves_the_context_and_counts_the_injection(agent: Client, make_card
 
 
 def test_it_renders_only_the_profile_in_tool_mode(agent: Client, make_card: Any) -> None:
-    from facts.writer import save_card
+    from facts.storage.writer import save_card
 
     card = save_card(make_card(user_id="alice", agent_name="coder"), actor="t")
     data = agent.get("/api/v1/context", {"user_id": "alice", "agent_name": "coder", "mode": "tool"}).json()
@@ -107,7 +107,7 @@ def test_it_renders_only_the_profile_in_tool_mode(agent: Client, make_card: Any)
 
 
 def test_it_searches_and_counts_the_hits(agent: Client, make_card: Any) -> None:
-    from facts.writer import save_card
+    from facts.storage.writer import save_card
 
     card = save_card(make_card(user_id="alice", agent_name="coder", content="用户偏好用中文解释技术问题。"), actor="t")
     save_card(make_card(user_id="bob", agent_name="coder", content="用户偏好用中文解释技术问题。"), actor="t")

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from django.test import Client
 
-from facts.writer import save_card
+from facts.storage.writer import save_card
 from memoryadmin import api_service
 from memoryadmin.client import MemoryClient
 from memoryadmin.memory_protocol import MemoryContext

@@ -18,10 +18,10 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 
+from facts.intake.queue import record_turn
+from facts.intake.turns import TurnRejected
 from facts.models import AuditEvent, Turn
-from facts.queue import record_turn
-from facts.turns import TurnRejected
-from facts.writer import save_card
+from facts.storage.writer import save_card
 from memoryadmin import api_auth
 from memoryadmin.api_schemas import CHUNK_BYTES
 from memoryadmin.client import LocalMemory
@@ -183,7 +183,7 @@ def test_a_chunked_body_the_server_cannot_end_is_refused_not_waited_for(agent: C
 
 
 def test_control_characters_are_removed_from_message_text_before_anything_stores_it(agent: Client) -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         {
             "id": "u1",
             "role": "user",
@@ -255,7 +255,7 @@ def test_the_memory_block_drops_control_characters_of_a_hand_written_card(make_c
 
 
 def test_a_malformed_content_list_names_the_field_in_one_short_line(agent: Client) -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"id": "m1", "role": "user", "content": "ok"},
         {"id": "m2", "role": "user", "content": "ok"},
         {"id": "m3", "role": "user", "content": [1, {"type": "text"}]},

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def _two_cards(make_card: Any) -> None:
     """Only cards in the mirror are counted: the ids below are two real cards."""
-    from facts.writer import save_card
+    from facts.storage.writer import save_card
 
     for fact_id in ("fact_000000000001", "fact_000000000002"):
         save_card(make_card(id=fact_id), actor="t")
@@ -61,7 +61,7 @@ def test_nothing_to_count_writes_nothing(django_assert_num_queries: Any) -> None
 
 def test_counts_for_a_card_that_is_gone_write_nothing(make_card: Any) -> None:
     """A count buffered before an erasure, flushed after it, brings no row back."""
-    from facts.writer import save_card
+    from facts.storage.writer import save_card
 
     kept = save_card(make_card(), actor="t")
     api_service.write_usage("injected", Counter({kept.id: 1, "fact_0000000000ff": 5}))

@@ -72,7 +72,7 @@ def extractor(settings: Any, monkeypatch: pytest.MonkeyPatch) -> ReplayExtractor
     settings.MEMORY_REVIEW_MODE = "auto"
     settings.MEMORY_EXTRACTOR = "llm"  # the replayed model stands in for the LLM (no MEMORY_LLM_BASE_URL here)
     replay = ReplayExtractor(rules=list(RULES))
-    monkeypatch.setattr("facts.extraction.build_model", lambda **_: replay)
+    monkeypatch.setattr("facts.judging.extraction.build_model", lambda **_: replay)
     return replay
 
 
@@ -187,7 +187,7 @@ def test_reading_memory_never_raises_a_confidence(extractor: ReplayExtractor, mo
 def test_the_injected_context_stays_within_budget_as_facts_keep_growing(
     extractor: ReplayExtractor, make_card: Any
 ) -> None:
-    from facts.writer import Put, commit
+    from facts.storage.writer import Put, commit
     from retrieval.models import AgentSettings
     from retrieval.tokens import count_tokens
 

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from facts import runs
-from facts.backtest import backtest
+from facts.judging import runs
+from facts.judging.backtest import backtest
+from facts.judging.schemas import parse_update
 from facts.models import AuditEvent, Candidate, ExtractionRun, FactCard, FactRevision, ProfileRevision
-from facts.schemas import parse_update
-from facts.store import Store
+from facts.storage.store import Store
 from tests.factories import fact_candidate
 from tests.test_gate import ROWS
 
@@ -110,7 +110,7 @@ def test_it_replays_runs_recorded_before_their_settings_were(store: Store) -> No
 
 def test_a_backtest_writes_nothing(store: Store, memory_root: Path) -> None:
     history(store)
-    models = [Candidate, ExtractionRun, FactCard, FactRevision, ProfileRevision, AuditEvent]
+    models: list[Any] = [Candidate, ExtractionRun, FactCard, FactRevision, ProfileRevision, AuditEvent]
 
     def state() -> Any:
         files = sorted((p.relative_to(memory_root), p.read_bytes()) for p in memory_root.rglob("*") if p.is_file())

@@ -21,7 +21,7 @@ from django.contrib.auth.models import Group, User
 
 from facts.access import ensure_roles
 from facts.models import FactCard
-from facts.writer import save_card
+from facts.storage.writer import save_card
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

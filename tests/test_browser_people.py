@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from facts.pipeline import run_turns_now
+from facts.judging.pipeline import run_turns_now
 from tests.erasure_seed import turns
 from tests.test_browser_dashboard import ARTIFACTS, browser, csp_violations, login, page  # noqa: F401
 

@@ -15,8 +15,8 @@ from django.contrib.auth.models import Group, User
 
 from facts.access import ensure_roles
 from facts.models import AuditEvent, Candidate, ProfileRevision
-from facts.profilefile import Section
-from facts.writer import commit_profile, save_card
+from facts.storage.profilefile import Section
+from facts.storage.writer import commit_profile, save_card
 from tests import test_browser_dashboard as journeys
 
 # The dashboard journeys' fixtures: one chromium per module, a page that fails the test on

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from facts import tasks
+from facts.intake.queue import record_turn
 from facts.models import ExtractionRun, Turn
-from facts.queue import record_turn
 from tests.factories import fact_candidate
 from tests.openai_stub import OpenAIStub
 from tests.test_browser_dashboard import browser, csp_violations, login, page, shot  # noqa: F401

@@ -1,4 +1,4 @@
-"""`facts.bulk.insert` stores exactly what `bulk_create` stores (SQLite here, PostgreSQL
+"""`facts.storage.bulk.insert` stores exactly what `bulk_create` stores (SQLite here, PostgreSQL
 under `make test-postgres`)."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from facts import bulk
 from facts.enums import CardStatus
 from facts.models import Candidate, ExtractedMessage, ExtractionRun, FactCard, FactRevision
-from facts.writer import mirror_row
+from facts.storage import bulk
+from facts.storage.writer import mirror_row
 
 pytestmark = pytest.mark.django_db
 

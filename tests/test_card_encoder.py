@@ -124,7 +124,7 @@ def test_the_embedding_table_is_read_from_a_private_file_beside_the_index(embedd
     encoder = vectors.model()
     texts = ["用户在哪个时区", "which database does the user use", "😀 rare 㳳襤 pieces"]
     before = vectors.embed(texts)
-    query_before = vectors.query_encoder.for_model(encoder).encode(texts[0])  # type: ignore[union-attr]
+    query_before = vectors.query_encoder.for_model(encoder).encode(texts[0])
     vectors._share_table(encoder)  # a second time: nothing changes
     table = encoder._model.table
     assert isinstance(table, vectors.TableRows) and table.shape == (128010, 512)
@@ -133,7 +133,7 @@ def test_the_embedding_table_is_read_from_a_private_file_beside_the_index(embedd
     assert os.path.basename(table.filename).startswith("usem3-table-")
     assert stat.S_IMODE(os.stat(table.filename).st_mode) == 0o600
     assert np.array_equal(vectors.embed(texts), before)
-    query_after = vectors.query_encoder.for_model(encoder).encode(texts[0])  # type: ignore[union-attr]
+    query_after = vectors.query_encoder.for_model(encoder).encode(texts[0])
     assert np.array_equal(query_after, query_before)
     with pytest.raises(IndexError):
         table[np.array([128010])]

@@ -15,16 +15,19 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from facts import claims, pipeline, tasks
+from facts import tasks
+from facts.intake import claims
+from facts.intake.queue import record_turn
+from facts.intake.turns import ThreadKey
+from facts.judging import pipeline
 from facts.models import ExtractedMessage, ExtractionRun, FactCard, Turn
-from facts.queue import record_turn
 from facts.tasks import process_thread
 from tests.factories import fact_candidate
 from tests.openai_stub import OpenAIStub
 
 pytestmark = pytest.mark.django_db
 
-THREAD = {"user_id": "alice", "agent_name": "coder", "thread_id": "t1"}
+THREAD: ThreadKey = {"user_id": "alice", "agent_name": "coder", "thread_id": "t1"}
 MESSAGES = [
     {"role": "user", "content": "我主要做 Python 后端开发，平时请用中文解释技术问题。", "id": "u1"},
     {"role": "assistant", "content": "好的，明白。", "id": "a1"},
@@ -34,7 +37,7 @@ MESSAGES = [
 def _abandoned_turn(*, seconds_ago: float = 5, attempts: int = 1, **thread: str) -> Turn:
     """What a worker killed mid-extraction leaves behind: a claimed turn and a running
     run, both past their lease."""
-    where = {**THREAD, **thread}
+    where: dict[str, Any] = {**THREAD, **thread}
     receipt = record_turn(**where, messages=MESSAGES)
     lapsed = timezone.now() - timedelta(seconds=seconds_ago)
     Turn.objects.filter(pk__in=receipt.turn_ids).update(
@@ -133,7 +136,7 @@ def test_a_stale_worker_waking_after_the_takeover_writes_nothing(openai_stub: Op
     assert ExtractedMessage.objects.filter(message_id="u1").count() == 1
     turn = Turn.objects.get()
     assert turn.status == "done" and turn.run_id == outcome_b.result.run_id
-    lost = ExtractionRun.objects.get(pk=outcome_a.result.run_id)
+    lost = ExtractionRun.objects.get(pk=outcome_a.result.run_id)  # type: ignore[misc]
     assert lost.status == "failed" and "lease lost" in lost.error
     assert lost.candidates.count() == 0
 

@@ -210,7 +210,7 @@ def test_two_threads_sharing_the_outbox_deliver_every_turn_once_and_in_their_ord
 
     def agent(name: str) -> None:
         for n in range(40):
-            deliver(memory, MemoryContext("alice", "coder", None, name), [{"id": f"{name}-{n}"}], flush=False)
+            deliver(memory, MemoryContext("alice", "coder", None, name), [{"id": f"{name}-{n}"}], flush=False)  # type: ignore[arg-type]
 
     threads = [threading.Thread(target=agent, args=(name,)) for name in ("a", "b")]
     for thread in threads:
@@ -218,7 +218,7 @@ def test_two_threads_sharing_the_outbox_deliver_every_turn_once_and_in_their_ord
     for thread in threads:
         thread.join(timeout=120)
     memory.flaky = False
-    memory.outbox.retry(memory, force=True)
+    memory.outbox.retry(memory, force=True)  # type: ignore[arg-type]
     assert len(memory.outbox) == 0
     assert sorted(memory.got) == sorted(f"{name}-{n}" for name in "ab" for n in range(40)), "each turn exactly once"
     for name in "ab":
@@ -235,7 +235,7 @@ def test_an_unusable_outbox_file_never_breaks_the_turn(tmp_path: Path, caplog, m
 
     monkeypatch.setattr(memory.outbox, "put", disk_full)
     with caplog.at_level(logging.ERROR):
-        assert deliver(memory, MemoryContext("alice", "coder", None, "t"), [{"id": "m"}], flush=False) is True
+        assert deliver(memory, MemoryContext("alice", "coder", None, "t"), [{"id": "m"}], flush=False) is True  # type: ignore[arg-type]
     assert memory.got == ["m"] and "sending the turn without it" in caplog.text
 
 

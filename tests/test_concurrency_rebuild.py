@@ -10,8 +10,8 @@ import pytest
 
 from facts import mirror
 from facts.models import FactCard
-from facts.store import Bucket, Store
-from facts.writer import delete_card, save_card, update_card
+from facts.storage.store import Bucket, Store
+from facts.storage.writer import delete_card, save_card, update_card
 from memoryadmin import rebuild
 from retrieval import index
 

@@ -77,7 +77,7 @@ import json
 from collections import Counter
 from django_tasks_db.models import DBTaskResult
 from facts.models import Candidate, ExtractionRun, FactCard
-from facts.store import Bucket, get_store
+from facts.storage.store import Bucket, get_store
 store = get_store()
 card = store.read_card(Bucket(user_id="alice", agent_name="coder"), FACT_ID)
 profile = store.read_profile("alice")

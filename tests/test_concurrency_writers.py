@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from facts.store import Bucket, Store
+from facts.storage.store import Bucket, Store
 
 from .helpers_reliability.procs import Env, report_numbers
 

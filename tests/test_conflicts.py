@@ -1,15 +1,16 @@
-"""Conflict detection (`facts.conflicts`): live cards of one bucket that claim the same
+"""Conflict detection (`facts.curation.conflicts`): live cards of one bucket that claim the same
 attribute, under the write side's one key rule (`schemas.normalize_key`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from facts.conflicts import find_conflicts, resolve
+from facts.curation.cards import resolve_conflict
+from facts.curation.conflicts import find_conflicts
 from facts.enums import CardStatus
+from facts.judging.schemas import normalize_key
 from facts.models import FactCard
-from facts.schemas import normalize_key
-from facts.writer import save_card
+from facts.storage.writer import save_card
 
 pytestmark = pytest.mark.django_db
 
@@ -48,7 +49,7 @@ def test_resolving_supersedes_the_others_by_the_kept_card(make_card) -> None:
     keep = save_card(make_card(key="editor", content="Uses vim."), actor="t")
     other = save_card(make_card(key="editor", content="Uses emacs."), actor="t")
     rows = FactCard.objects.in_bulk([keep.id, other.id])
-    assert resolve(rows[keep.id], [rows[other.id]], actor="curator", reason="vim it is") == 1
+    assert resolve_conflict(rows[keep.id], [rows[other.id]], actor="curator", reason="vim it is") == 1
     row = FactCard.objects.get(id=other.id)
     assert (row.status, row.superseded_by) == (CardStatus.SUPERSEDED, keep.id)
     assert find_conflicts() == []
@@ -59,5 +60,5 @@ def test_resolving_refuses_a_card_of_another_bucket(make_card) -> None:
     other = save_card(make_card(user_id="bob", key="editor"), actor="t")
     rows = FactCard.objects.in_bulk([keep.id, other.id])
     with pytest.raises(ValueError, match="another scope"):
-        resolve(rows[keep.id], [rows[other.id]], actor="curator", reason="")
+        resolve_conflict(rows[keep.id], [rows[other.id]], actor="curator", reason="")
     assert FactCard.objects.get(id=other.id).status == CardStatus.ACTIVE

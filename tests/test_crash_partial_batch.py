@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from facts import atomic
-from facts.errors import LockTimeout, RevisionConflict
 from facts.mirror import mirror_drift, snapshot
 from facts.models import AuditEvent, FactCard
-from facts.store import Store
-from facts.writer import Put, commit, save_card
+from facts.storage import atomic
+from facts.storage.errors import LockTimeout, RevisionConflict
+from facts.storage.store import Store
+from facts.storage.writer import Put, commit, save_card
 
 pytestmark = pytest.mark.django_db
 
@@ -100,7 +100,7 @@ def test_a_failing_record_still_mirrors_the_files_it_waited_for(store: Store, ma
 
 def test_a_batch_commits_its_records_and_mirror_together(store: Store, make_card) -> None:
     card = make_card()
-    seen: list[bool] = []
+    seen: list[tuple[bool, bool]] = []
 
     def record() -> None:
         # Runs once the card is on disk, in the transaction its mirror row then joins.

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from facts.store import Bucket, Store
+from facts.storage.cardfile import Card
+from facts.storage.store import Bucket, Store
 
 from .helpers_reliability.procs import Env, report_numbers
 
@@ -30,7 +31,7 @@ def _run_harness(env: Env, tmp_path: Path, kills: int, seed: int) -> dict[str, A
 def _check_files_against_ledger(store: Store, ledger: dict[str, Any]) -> dict[str, int]:
     cards = {}
     for path in store.card_files():
-        card = store.read_card_at(path)  # raises on a torn or unparsable card
+        card: Card | None = store.read_card_at(path)  # raises on a torn or unparsable card
         cards[card.id] = card
     for fact_id, acked in ledger["puts"].items():
         if fact_id in ledger["deleted"] or fact_id in ledger["in_flight_deletes"]:

@@ -10,8 +10,8 @@ import pytest
 from django.test import Client
 
 from facts.models import AuditEvent, FactCard, FactRevision
-from facts.store import Bucket, Store
-from facts.writer import save_card
+from facts.storage.store import Bucket, Store
+from facts.storage.writer import save_card
 
 pytestmark = pytest.mark.django_db
 

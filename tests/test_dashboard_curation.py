@@ -10,8 +10,8 @@ import pytest
 from django.test import Client
 
 from facts.models import AuditEvent, Candidate, FactCard, ProfileRevision
-from facts.profilefile import Section
-from facts.writer import commit_profile, save_card
+from facts.storage.profilefile import Section
+from facts.storage.writer import commit_profile, save_card
 
 pytestmark = pytest.mark.django_db
 
@@ -57,7 +57,7 @@ def test_it_still_reports_a_field_the_curator_emptied(viewer_client: Client) -> 
 
 def test_it_words_left_out_facts_once_and_lists_no_phantom_included_fact(viewer_client: Client, make_card) -> None:
     save_card(make_card(content="A fact " + "with many words " * 30), actor="t")
-    response = viewer_client.get("/preview/", {"user": "alice", "agent": "coder", "budget": 40})
+    response = viewer_client.get("/preview/", {"user": "alice", "agent": "coder", "budget": 40})  # type: ignore[arg-type]
     text = response.content.decode()
     assert "over the total token budget" in text
     assert "budget did not fit in the budget" not in text and "expired expired" not in text
@@ -66,8 +66,8 @@ def test_it_words_left_out_facts_once_and_lists_no_phantom_included_fact(viewer_
 
 
 def test_it_explains_why_a_correction_is_cut_by_the_total_budget(viewer_client: Client, make_card, store) -> None:
-    from facts.profilefile import Section
-    from facts.writer import commit_profile
+    from facts.storage.profilefile import Section
+    from facts.storage.writer import commit_profile
 
     def fill(profile):
         profile.set_section("workContext", Section(summary="Works on compilers " * 20))
@@ -79,7 +79,8 @@ def test_it_explains_why_a_correction_is_cut_by_the_total_budget(viewer_client: 
         actor="t",
     )
     response = viewer_client.get(
-        "/preview/", {"user": "alice", "agent": "coder", "budget": 200, "correction_budget": 190}
+        "/preview/",
+        {"user": "alice", "agent": "coder", "budget": 200, "correction_budget": 190},  # type: ignore[arg-type]
     )
     text = response.content.decode()
     room = response.context["correction_room"]
@@ -205,7 +206,7 @@ def test_it_undoes_a_dismissal_of_selected_rows(reviewer_client: Client, make_ca
 
 
 def test_the_queue_explains_every_reason_code_and_lists_the_keys(viewer_client: Client, make_candidate) -> None:
-    from facts.gate import REASON_CODES
+    from facts.judging.gate import REASON_CODES
 
     make_candidate(reasons=["low_confidence"])
     text = viewer_client.get("/review/").content.decode()
@@ -327,7 +328,7 @@ def test_the_fact_page_is_headed_by_its_text_and_shows_no_absolute_path(
 def test_the_favicon_is_served_and_linked(client: Client) -> None:
     response = client.get("/favicon.ico")
     assert response.status_code == 200 and response["Content-Type"] == "image/x-icon"
-    assert b"".join(response.streaming_content)[:4] == b"\x00\x00\x01\x00"
+    assert b"".join(response.streaming_content)[:4] == b"\x00\x00\x01\x00"  # type: ignore[attr-defined]
     assert b'rel="icon"' in client.get("/login/").content
 
 

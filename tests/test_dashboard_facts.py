@@ -9,8 +9,8 @@ from django.test import Client
 
 from facts.enums import CardStatus
 from facts.models import AuditEvent, FactCard, FactRevision
-from facts.store import Bucket, Store
-from facts.writer import save_card
+from facts.storage.store import Bucket, Store
+from facts.storage.writer import save_card
 
 pytestmark = pytest.mark.django_db
 
@@ -40,7 +40,7 @@ def test_pagination_keeps_the_filters_in_the_url(viewer_client: Client, make_car
     response = viewer_client.get("/facts/", {"user": "alice", "agent": "coder"})
     assert b"page 1 of 2" in response.content
     assert b"user=alice&amp;agent=coder&amp;page=2" in response.content
-    second = viewer_client.get("/facts/", {"user": "alice", "agent": "coder", "page": 2})
+    second = viewer_client.get("/facts/", {"user": "alice", "agent": "coder", "page": 2})  # type: ignore[arg-type]
     assert len(second.context["page"].object_list) == 5
 
 
@@ -228,7 +228,7 @@ def test_delete_removes_file_mirror_and_history_but_the_audit_keeps_that_it_happ
 
 
 def test_forget_a_conversation_removes_only_that_threads_cards_in_that_scope(admin_client_: Client, make_card) -> None:
-    from facts.cardfile import Source
+    from facts.storage.cardfile import Source
 
     same = save_card(make_card(source=Source(kind="extraction", thread_id="th-9")), actor="t")
     other_thread = save_card(make_card(source=Source(kind="extraction", thread_id="th-1")), actor="t")
@@ -242,7 +242,7 @@ def test_forget_a_conversation_removes_only_that_threads_cards_in_that_scope(adm
 
 
 def test_a_reviewer_cannot_forget_a_conversation(reviewer_client: Client, make_card) -> None:
-    from facts.cardfile import Source
+    from facts.storage.cardfile import Source
 
     save_card(make_card(source=Source(kind="extraction", thread_id="th-9")), actor="t")
     response = reviewer_client.post(
@@ -272,7 +272,7 @@ def test_resolving_across_scopes_is_refused(reviewer_client: Client, make_card) 
 
 
 def test_facts_past_their_review_by_date_are_listed(viewer_client: Client, make_card) -> None:
-    from facts.cardfile import now_utc
+    from facts.storage.cardfile import now_utc
 
     save_card(make_card(content="Check me again.", review_by=now_utc() - timedelta(days=1)), actor="t")
     save_card(make_card(content="Not yet.", review_by=now_utc() + timedelta(days=10)), actor="t")

@@ -9,9 +9,9 @@ import pytest
 from django.test import Client
 
 from facts.models import AuditEvent, Candidate, ExtractionRun, ProfileRevision
-from facts.profilefile import Section
-from facts.store import Store
-from facts.writer import commit_profile, save_card
+from facts.storage.profilefile import Section
+from facts.storage.store import Store
+from facts.storage.writer import commit_profile, save_card
 from memoryadmin.models import ApiKey, DriftCheck, hash_key
 from retrieval.models import AgentSettings, GoldenQuery, IndexRebuild
 
@@ -242,7 +242,7 @@ def test_a_correction_budget_larger_than_the_budget_is_refused(admin_client_: Cl
 def test_the_preview_shows_the_exact_text_tokens_and_excluded_facts(viewer_client: Client, make_card) -> None:
     for n in range(30):
         save_card(make_card(content=f"Fact {n}: " + "long words " * 20, confidence=0.5 + n / 100), actor="t")
-    response = viewer_client.get("/preview/", {"user": "alice", "agent": "coder", "mode": "auto", "budget": 300})
+    response = viewer_client.get("/preview/", {"user": "alice", "agent": "coder", "mode": "auto", "budget": 300})  # type: ignore[arg-type]
     rendered = response.context["rendered"]
     assert rendered.tokens <= 300
     assert response.context["excluded"] and all(x.reason for x in response.context["excluded"])
@@ -257,10 +257,10 @@ def test_a_long_excluded_list_is_capped_unless_asked_for(viewer_client: Client, 
     for n in range(10):
         save_card(make_card(content=f"Fact {n}: " + "long words " * 20), actor="t")
     query = {"user": "alice", "agent": "coder", "budget": 120}
-    response = viewer_client.get("/preview/", query)
+    response = viewer_client.get("/preview/", query)  # type: ignore[arg-type]
     assert len(response.context["excluded"]) == 3 and response.context["excluded_total"] > 3
     assert b"list all" in response.content
-    everything = viewer_client.get("/preview/", {**query, "all_excluded": "on"})
+    everything = viewer_client.get("/preview/", {**query, "all_excluded": "on"})  # type: ignore[arg-type]
     assert len(everything.context["excluded"]) == everything.context["excluded_total"]
 
 

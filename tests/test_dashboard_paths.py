@@ -10,8 +10,8 @@ import pytest
 from django.test import Client
 
 from facts.models import ExtractionRun
-from facts.store import Bucket, Store
-from facts.writer import save_card
+from facts.storage.store import Bucket, Store
+from facts.storage.writer import save_card
 from memoryadmin.models import DriftCheck
 from retrieval.models import IndexRebuild
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from facts.judging.pipeline import run_turns_now
 from facts.models import AuditEvent, Erasure, FactCard, Turn
-from facts.pipeline import run_turns_now
 from tests.erasure_seed import XENA_WORDS, turns
 
 pytestmark = pytest.mark.django_db

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from facts import writer
-from facts.cardfile import Source
 from facts.enums import SourceKind
 from facts.models import AuditEvent, ProfileRevision
-from facts.profilefile import Profile, Section
-from facts.store import Store
-from facts.writer import save_card
+from facts.storage import writer
+from facts.storage.cardfile import Source
+from facts.storage.profilefile import Profile, Section
+from facts.storage.store import Store
+from facts.storage.writer import save_card
 
 pytestmark = pytest.mark.django_db
 

@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 
 from facts.models import AuditEvent, Candidate, FactCard
-from facts.writer import save_card
+from facts.storage.writer import save_card
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 
 from facts.models import FactCard
-from facts.writer import save_card
+from facts.storage.writer import save_card
 from tests.test_dashboard_facts import correct
 
 pytestmark = pytest.mark.django_db

@@ -9,8 +9,8 @@ import pytest
 from django.test import Client
 
 from facts import tasks
+from facts.intake.queue import record_turn
 from facts.models import AuditEvent, ExtractionRun, Turn
-from facts.queue import record_turn
 from tests.factories import fact_candidate
 from tests.openai_stub import OpenAIStub
 

@@ -8,8 +8,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from facts.intake.queue import record_turn
 from facts.models import AuditEvent, ExtractionRun, FactCard, Turn
-from facts.queue import record_turn
 from tests.factories import fact_candidate
 from tests.openai_stub import OpenAIStub
 

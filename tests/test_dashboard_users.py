@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from facts import injections
 from facts.audit import record
+from facts.judging.pipeline import run_turns_now
 from facts.models import AuditEvent, ExtractionRun, FactCard
-from facts.pipeline import run_turns_now
 from tests.erasure_seed import turns
 
 pytestmark = pytest.mark.django_db

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from facts.judging.pipeline import run_turns_now
 from facts.models import ExtractionRun
-from facts.pipeline import run_turns_now
 from tests.factories import fact_candidate
 from tests.test_backtest import record
 
@@ -26,7 +26,7 @@ def _side_panel(html: str) -> str:
 def test_before_an_approve_the_side_panel_says_approval_replaces_the_live_card(
     reviewer_client: Client, make_candidate: Any, make_card: Any
 ) -> None:
-    from facts.writer import save_card
+    from facts.storage.writer import save_card
 
     save_card(make_card(key="response_language", content="Prefers answers in German."), actor="t")
     candidate = make_candidate()
@@ -85,7 +85,7 @@ def test_the_nav_marks_only_the_current_page(viewer_client: Client, url: str, cu
 
 
 def test_a_signed_in_curators_pages_are_never_stored_by_the_browser(viewer_client: Client, make_card: Any) -> None:
-    from facts.writer import save_card
+    from facts.storage.writer import save_card
 
     card = make_card()
     save_card(card, actor="t")

@@ -7,9 +7,9 @@ import io
 import pytest
 from django.core.management import call_command
 
-from facts.gate import REASON_CODES
+from facts.judging.gate import REASON_CODES
 from facts.models import Candidate, FactCard
-from facts.store import Store
+from facts.storage.store import Store
 
 pytestmark = pytest.mark.django_db
 

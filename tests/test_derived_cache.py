@@ -9,8 +9,8 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from facts.store import Store
-from facts.writer import delete_card, save_card
+from facts.storage.store import Store
+from facts.storage.writer import delete_card, save_card
 from retrieval import derived, index, vectors
 from retrieval.search import search
 from tests.conftest import FIXED_NOW

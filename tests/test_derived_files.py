@@ -71,7 +71,7 @@ def test_the_rate_limit_counts_in_the_file_that_is_there_now(tmp_path: Path, set
 
 
 def test_a_sweep_removes_older_generations_and_never_the_current_or_a_newer_one(tmp_path: Path) -> None:
-    from facts import sqlitegen
+    from facts.storage import sqlitegen
 
     link = tmp_path / "index.sqlite3"
     old, current = sqlitegen.fresh(link), sqlitegen.fresh(link)

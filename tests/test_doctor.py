@@ -18,8 +18,8 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 
 from facts.models import FactCard, Turn
-from facts.store import Store
-from facts.writer import save_card
+from facts.storage.store import Store
+from facts.storage.writer import save_card
 
 pytestmark = pytest.mark.django_db
 

@@ -12,11 +12,12 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
-from facts import writer
 from facts.erasure.guard import ErasureInProgress
 from facts.erasure.plan import plan
 from facts.erasure.run import _begin, erase
 from facts.erasure.scope import Scope
+from facts.intake.queue import record_turn
+from facts.judging.pipeline import run_turns_now
 from facts.models import (
     AuditEvent,
     Candidate,
@@ -30,9 +31,8 @@ from facts.models import (
     ProfileSection,
     Turn,
 )
-from facts.pipeline import run_turns_now
-from facts.queue import record_turn
-from facts.store import get_store
+from facts.storage import writer
+from facts.storage.store import get_store
 from facts.tasks import process_thread
 from memoryadmin import rebuild
 from retrieval.models import GoldenQuery
@@ -283,14 +283,14 @@ def test_it_makes_the_in_process_middleware_drop_a_refused_turn_instead_of_queue
 
 
 def test_it_lets_a_model_call_that_outlives_the_whole_erasure_write_nothing(memory_root: Path) -> None:
-    from facts import runs
-    from facts.pipeline import _start
+    from facts.judging import runs
+    from facts.judging.pipeline import _start
 
     started = _start(**turns()[1], project_id="")  # the run is recorded, the model has answered ...
     erase(Scope.of("xena"), actor="tester")  # ... and the erasure runs to its end meanwhile
 
     with pytest.raises(ErasureInProgress):
-        runs.apply_runs([(started.run, started.parsed, started.ctx)])
+        runs.apply_runs([(started.run, started.parsed, started.ctx)])  # type: ignore[list-item]
 
     assert not FactCard.objects.filter(user_id="xena").exists()
     assert not (memory_root / "users" / "xena").exists()

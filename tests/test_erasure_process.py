@@ -116,7 +116,7 @@ def test_it_changes_no_byte_in_a_dry_run(proc_env: Env, tmp_path: Path) -> None:
 def late_turn(env: Env) -> str:
     """A turn of the user being erased, from another process: 'refused' or 'accepted'."""
     return env.django(
-        "from facts.queue import record_turn\nfrom facts.erasure.guard import ErasureInProgress\n"
+        "from facts.intake.queue import record_turn\nfrom facts.erasure.guard import ErasureInProgress\n"
         "try:\n record_turn(user_id='xena', agent_name='coder', thread_id='late', "
         "messages=[{'role': 'user', 'content': 'latecomerwords'}])\n print('accepted')\n"
         "except ErasureInProgress:\n print('refused')\n"
@@ -180,7 +180,7 @@ def test_it_removes_the_rows_on_postgresql(proc_env: Env, tmp_path: Path) -> Non
 POSTER = """
 import json, sys, time
 from facts.erasure.guard import ErasureInProgress
-from facts.pipeline import run_turns_now
+from facts.judging.pipeline import run_turns_now
 from tests.erasure_seed import turns
 base = turns()[1]
 n, accepted, refused = 0, 0, 0

@@ -12,8 +12,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from facts.cardfile import Source
-from facts.writer import save_card
+from facts.storage.cardfile import Source
+from facts.storage.writer import save_card
 from retrieval.evaluation import WARM_QUERY, Question, QuestionsError, load_questions, percentile, run
 from retrieval.search import Hit, memory_search_json
 from tests.conftest import FIXED_NOW

@@ -21,7 +21,6 @@ from django.urls import reverse
 from facts.demo import load_demo
 from facts.erasure.run import erase
 from facts.erasure.scope import Scope
-from facts.ids import normalize_id
 from facts.models import (
     AuditEvent,
     Candidate,
@@ -34,10 +33,11 @@ from facts.models import (
     ProfileSection,
     Turn,
 )
-from facts.portability import importer
+from facts.portability import importer, unpack
 from facts.portability.archive import FORMAT
 from facts.portability.export import export_user
-from facts.store import Store
+from facts.storage.ids import normalize_id
+from facts.storage.store import Store
 from retrieval.models import GoldenQuery
 from retrieval.search import search
 
@@ -104,17 +104,18 @@ def _project_files(root: Path, members: dict[str, bytes]) -> dict[str, bytes]:
 
 
 def _mirror_of(user_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    cards = list(FactCard.objects.filter(user_id=user_id).order_by("id").values())
-    sections = list(ProfileSection.objects.filter(user_id=user_id).order_by("name").values())
+    cards: list[dict[str, Any]] = list(FactCard.objects.filter(user_id=user_id).order_by("id").values())  # type: ignore[arg-type]
+    sections: list[dict[str, Any]] = list(ProfileSection.objects.filter(user_id=user_id).order_by("name").values())  # type: ignore[arg-type]
     for row in sections:
         row.pop("id")  # a derived row, re-created by each write
     return cards, sections
 
 
 def _history_of(user_id: str) -> dict[str, list[dict[str, Any]]]:
-    out = {}
-    for model in (Candidate, Turn, ExtractionRun, ExtractedMessage, GoldenQuery):
-        rows = list(model.objects.filter(user_id=user_id).order_by("pk").values())
+    out: dict[str, list[dict[str, Any]]] = {}
+    models: tuple[Any, ...] = (Candidate, Turn, ExtractionRun, ExtractedMessage, GoldenQuery)
+    for model in models:
+        rows: list[dict[str, Any]] = list(model.objects.filter(user_id=user_id).order_by("pk").values())
         for row in rows:
             row.pop("error", None)  # masked on export (credentials), compared apart
             if model in (ExtractedMessage, GoldenQuery):
@@ -172,7 +173,7 @@ def _rewrite(
 
 def _state(root: Path) -> tuple[dict[str, bytes], dict[str, int]]:
     files = _files(root, "users", "projects")
-    rows = {m.__name__: m.objects.count() for m in (*HISTORY_MODELS, FactCard, FactRevision, ProfileSection)}
+    rows = {m.__name__: m.objects.count() for m in (*HISTORY_MODELS, FactCard, FactRevision, ProfileSection)}  # type: ignore[attr-defined]
     rows["ProfileRevision"] = ProfileRevision.objects.count()
     return files, rows
 
@@ -194,7 +195,7 @@ def test_it_puts_each_kind_in_the_archive_byte_identical_and_readable_with_zipfi
         assert hashlib.sha256(members[name]).hexdigest() == entry["sha256"]
         assert len(members[name]) == entry["bytes"]
     assert set(manifest["files"]) == set(members) - {"manifest.json"}
-    sums = dict(reversed(line.split("  ", 1)) for line in members["SHA256SUMS"].decode().splitlines())
+    sums: dict[str, str] = dict(reversed(line.split("  ", 1)) for line in members["SHA256SUMS"].decode().splitlines())  # type: ignore[misc]
     assert all(hashlib.sha256(members[name]).hexdigest() == digest for name, digest in sums.items())
 
     # Cards and profile: the same relative paths as under MEMORY_ROOT, byte for byte.
@@ -452,9 +453,9 @@ def test_it_bounds_what_an_archive_may_unpack_to(
     emptied: tuple[Path, dict[str, bytes]], store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     archive, _ = emptied
-    monkeypatch.setattr(importer, "MAX_TOTAL_BYTES", 10_000)
+    monkeypatch.setattr(unpack, "MAX_TOTAL_BYTES", 10_000)
     _refused(archive, store.root, "more than 10000 bytes")
-    monkeypatch.setattr(importer, "MAX_MEMBERS", 3)
+    monkeypatch.setattr(unpack, "MAX_MEMBERS", 3)
     _refused(archive, store.root, "at most 3 are accepted")
 
 
@@ -587,7 +588,7 @@ def test_the_export_button_downloads_the_archive_and_audits_without_content(demo
     assert response.status_code == 200
     assert response["Content-Type"] == "application/zip"
     assert "attachment" in response["Content-Disposition"] and ".zip" in response["Content-Disposition"]
-    data = b"".join(response.streaming_content)
+    data = b"".join(response.streaming_content)  # type: ignore[attr-defined]
     members = _members_of_bytes(data)
     assert json.loads(members["manifest.json"])["user_id"] == LI
 

@@ -1,5 +1,5 @@
 """The built-in rule extractor: what it keeps, what it must never keep, and how it is
-chosen when no model server is configured (facts/rules_extractor/)."""
+chosen when no model server is configured (facts/judging/rules_extractor/)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,13 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from facts.extraction import ExtractionError, active_extractor, extract
+import facts
+from facts.intake.filtering import Row
+from facts.intake.queue import record_turn
+from facts.judging.extraction import ExtractionError, active_extractor, extract
+from facts.judging.pipeline import run_turns_now
+from facts.judging.rules_extractor import extractor
 from facts.models import Candidate, ExtractionRun, FactCard
-from facts.pipeline import run_turns_now
-from facts.queue import record_turn
-from facts.rules_extractor import extractor
 from retrieval.render import render_context
 from tests.factories import fact_candidate
 from tests.openai_stub import OpenAIStub
@@ -89,18 +91,18 @@ def test_on_the_demo_conversations_it_keeps_only_what_their_labels_keep() -> Non
     """facts/demo_data/demo.jsonl was labelled by another author (its model_output):
     an independent check. Every fact the rules get through the gate comes from a message
     whose labelled facts the gate accepts too, and most labelled messages are found."""
-    from facts import gate
-    from facts.filtering import filter_messages
-    from facts.schemas import parse_update
+    from facts.intake.filtering import filter_messages
+    from facts.judging import gate
+    from facts.judging.schemas import parse_update
 
     def accepted(output: dict[str, Any], rows: list[Any], project_id: str | None) -> set[str]:
         return {
             p.value.evidence_message_id
             for p in parse_update(output)
-            if p.kind == "fact" and p.valid and not gate.judge_fact(p.value, rows, project_id=project_id, threshold=0.7)
+            if p.kind == "fact" and p.valid and not gate.judge_fact(p.value, rows, project_id=project_id, threshold=0.7)  # type: ignore[arg-type]
         }
 
-    demo = Path(extractor.__file__).parent.parent / "demo_data" / "demo.jsonl"
+    demo = Path(facts.__file__).parent / "demo_data" / "demo.jsonl"
     found = labelled = 0
     for line in demo.read_text(encoding="utf-8").splitlines():
         turn = json.loads(line)
@@ -173,15 +175,15 @@ def test_an_unsure_statement_is_proposed_with_low_confidence(text: str) -> None:
 
 
 def accepted_contents(text: str) -> list[str]:
-    from facts import gate
-    from facts.schemas import parse_update
+    from facts.judging import gate
+    from facts.judging.schemas import parse_update
 
     rows: list[Any] = [{"id": "u1", "role": "user", "content": text}]
     facts = extractor.extract_facts(rows)
     return [
         f["content"]
         for f, p in zip(facts, parse_update({"facts": facts}), strict=True)
-        if p.valid and not gate.judge_fact(p.value, rows, project_id=None, threshold=0.7)
+        if p.valid and not gate.judge_fact(p.value, rows, project_id=None, threshold=0.7)  # type: ignore[arg-type]
     ]
 
 
@@ -248,12 +250,12 @@ def test_code_generics_operators_and_links_are_kept_whole() -> None:
     ],
 )
 def test_a_one_off_request_is_rejected_as_temporary(text: str) -> None:
-    from facts import gate
-    from facts.schemas import parse_update
+    from facts.judging import gate
+    from facts.judging.schemas import parse_update
 
     rows: list[Any] = [{"id": "u1", "role": "user", "content": text}]
     [parsed] = parse_update({"facts": extractor.extract_facts(rows)})
-    assert gate.TEMPORARY in gate.judge_fact(parsed.value, rows, project_id=None, threshold=0.7)
+    assert gate.TEMPORARY in gate.judge_fact(parsed.value, rows, project_id=None, threshold=0.7)  # type: ignore[arg-type]
 
 
 def test_a_standing_request_that_names_where_it_applies_is_kept() -> None:
@@ -276,7 +278,7 @@ def test_a_correction_keeps_the_key_of_what_it_corrects() -> None:
 
 
 def test_a_key_an_earlier_llm_run_used_is_reused() -> None:
-    rows = [{"id": "u1", "role": "user", "content": "From now on, answer in English."}]
+    rows: list[Row] = [{"id": "u1", "role": "user", "content": "From now on, answer in English."}]
     [fact] = extractor.extract_facts(rows, existing_facts=[{"id": "f", "key": "preferred_language", "content": "x"}])
     assert fact["key"] == "preferred_language"
 
@@ -290,7 +292,7 @@ WORDS = st.sampled_from(
 @hsettings(max_examples=300, deadline=None)
 @given(st.one_of(st.text(max_size=300), st.lists(WORDS, max_size=60).map("".join)))
 def test_any_text_gives_valid_candidates_quoting_the_message(text: str) -> None:
-    from facts.schemas import parse_update
+    from facts.judging.schemas import parse_update
 
     facts = facts_of(text)
     assert all(p.valid for p in parse_update({"facts": facts}))

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from facts.extraction import EXTRACTION_RULES, ExtractionError, extract, tool_schema
-from facts.filtering import Row
+from facts.intake.filtering import Row
+from facts.judging.extraction import EXTRACTION_RULES, ExtractionError, extract, tool_schema
 from tests.factories import fact_candidate
 from tests.openai_stub import OpenAIStub
 

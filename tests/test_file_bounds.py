@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from facts import fileread
-from facts.errors import CardTooLarge
-from facts.fileread import ReadRefused, read_bounded
 from facts.portability.export import export_user
 from facts.portability.importer import ImportRefused, import_archive
-from facts.store import Store
-from facts.writer import save_card
+from facts.storage import fileread
+from facts.storage.errors import CardTooLarge
+from facts.storage.fileread import ReadRefused, read_bounded
+from facts.storage.store import Store
+from facts.storage.writer import save_card
 from memoryadmin import rebuild
 from retrieval import index
 from tests.conftest import reindex_check

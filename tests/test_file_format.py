@@ -2,7 +2,7 @@
 
 The files under tests/data/file_format were written by `manage.py demo` (and a
 reviewer's profile edit) before the store was split into modules and `Source` and
-`SectionSource` became one model (`facts.cardfile.Source`): memory on disk must not
+`SectionSource` became one model (`facts.storage.cardfile.Source`): memory on disk must not
 change with the code.
 """
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from facts.cardfile import dump_card, parse_card
-from facts.profilefile import dump_profile, parse_profile
-from facts.store import Bucket, Store
+from facts.storage.cardfile import dump_card, parse_card
+from facts.storage.profilefile import dump_profile, parse_profile
+from facts.storage.store import Bucket, Store
 
 DATA = Path(__file__).parent / "data" / "file_format"
 CARDS = ["superseded_card.md", "confirmed_card.md", "project_card.md"]

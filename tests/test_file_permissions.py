@@ -16,8 +16,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from facts.profilefile import Section
-from facts.writer import commit_profile, delete_card, save_card
+from facts.storage.profilefile import Section
+from facts.storage.writer import commit_profile, delete_card, save_card
 from memoryadmin import api_auth
 from retrieval.search import search
 
@@ -75,7 +75,7 @@ def test_it_creates_every_memory_folder_0700_and_every_file_0600(
     _use_the_memory(make_card)
     modes = _modes(fresh_root)
     folders = {name: mode for name, mode in modes.items() if (fresh_root / name).is_dir()}
-    # A derived file's stable name is a link to its generation (facts/sqlitegen.py): the
+    # A derived file's stable name is a link to its generation (facts/storage/sqlitegen.py): the
     # link has no mode of its own, the generation file it names is listed too.
     files = {
         name: mode

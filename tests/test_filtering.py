@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage, message_to_dict
 
-from facts.filtering import (
+from facts.intake.filtering import (
     ACKNOWLEDGEMENTS,
     cut_uploads,
     filter_messages,
@@ -223,4 +223,4 @@ def test_it_gives_messages_without_ids_a_positional_id() -> None:
 @pytest.mark.parametrize("bad", [{"content": "no role"}, {"role": "wizard", "content": "x"}, "text?"])
 def test_it_refuses_messages_it_cannot_read(bad: object) -> None:
     with pytest.raises(ValueError):
-        to_messages([bad])  # type: ignore[list-item]
+        to_messages([bad])

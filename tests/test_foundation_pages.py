@@ -7,7 +7,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from facts.enums import CardStatus
-from facts.writer import save_card
+from facts.storage.writer import save_card
 
 pytestmark = pytest.mark.django_db
 

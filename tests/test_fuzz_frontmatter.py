@@ -11,11 +11,11 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from facts.cardfile import Card, dump_card, parse_card
-from facts.errors import CardParseError
-from facts.ids import new_fact_id
-from facts.profilefile import Profile, parse_profile
-from facts.store import Store
+from facts.storage.cardfile import Card, dump_card, parse_card
+from facts.storage.errors import CardParseError
+from facts.storage.ids import new_fact_id
+from facts.storage.profilefile import Profile, parse_profile
+from facts.storage.store import Store
 
 PATH = Path("fuzz.md")
 
@@ -95,7 +95,7 @@ def test_a_file_that_is_not_utf8_is_a_parse_error(tmp_path: Path) -> None:
 
 
 def _agrees(text: str) -> None:
-    from facts.cardfile import _parse_card_yaml, parse_card_fast
+    from facts.storage.cardfile import _parse_card_yaml, parse_card_fast
 
     fast = parse_card_fast(text)
     if fast is None:

@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
-from facts import gate, review, runs
-from facts.filtering import Row
+from facts.curation import review
+from facts.intake.filtering import Row
+from facts.judging import gate, runs
+from facts.judging.schemas import FactCandidate, SummaryCandidate, parse_update
 from facts.models import AuditEvent, Candidate, ExtractionRun, FactCard
-from facts.schemas import FactCandidate, SummaryCandidate, parse_update
-from facts.store import Bucket, Store
+from facts.storage.store import Bucket, Store
 from tests.factories import fact_candidate, fact_model
 
 ROWS: list[Row] = [
@@ -259,7 +260,7 @@ def test_two_values_for_one_key_in_one_batch_leave_only_the_last_live() -> None:
 @pytest.mark.django_db
 def test_an_explicit_confirmation_updates_the_confirmation_fields(store: Store) -> None:
     [first] = run_gate({"facts": [fact_candidate()]})
-    rows = [{"id": "u9", "role": "user", "content": "对，我还是希望用中文解释。"}]
+    rows: list[Row] = [{"id": "u9", "role": "user", "content": "对，我还是希望用中文解释。"}]
     [confirmation] = run_gate(
         {
             "confirmations": [

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from facts import runs
+from facts.judging import runs
 from facts.models import AuditEvent, Candidate, GateSettings
-from facts.writer import save_card
+from facts.storage.writer import save_card
 from memoryadmin import api_service
 from tests.factories import fact_candidate
 from tests.test_backtest import record

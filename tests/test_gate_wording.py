@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from facts import gate, wording
-from facts.filtering import Row
+from facts.intake.filtering import Row
+from facts.judging import gate, wording
 from tests.factories import fact_model
 
 
@@ -156,7 +156,7 @@ def test_every_single_valued_key_is_documented() -> None:
 
 @pytest.mark.django_db
 def test_a_reviewer_can_overturn_a_wording_reason_and_the_card_is_written() -> None:
-    from facts import review
+    from facts.curation import review
     from facts.models import FactCard
     from tests.factories import fact_candidate
     from tests.test_gate import run_gate

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from facts import atomic
 from facts.demo import DEMO_FILE
+from facts.intake.turns import clean_turn
+from facts.judging.pipeline import run_replays
 from facts.mirror import mirror_drift, snapshot
 from facts.models import (
     Candidate,
@@ -28,9 +29,8 @@ from facts.models import (
     ProfileSection,
     Turn,
 )
-from facts.pipeline import run_replays
-from facts.store import get_store
-from facts.turns import clean_turn
+from facts.storage import atomic
+from facts.storage.store import get_store
 from tests.factories import fact_candidate
 
 pytestmark = pytest.mark.django_db

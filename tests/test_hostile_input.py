@@ -12,9 +12,9 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from facts.profilefile import Section
-from facts.store import Store
-from facts.writer import commit_profile, save_card
+from facts.storage.profilefile import Section
+from facts.storage.store import Store
+from facts.storage.writer import commit_profile, save_card
 from memoryadmin.models import ApiKey
 from retrieval import index
 from retrieval.render import render_context

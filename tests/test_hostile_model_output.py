@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from facts.judging.pipeline import run_pipeline
 from facts.models import Candidate, FactCard
-from facts.pipeline import run_pipeline
-from facts.store import Store
+from facts.storage.store import Store
 from tests.factories import stack_candidate
 
 pytestmark = pytest.mark.django_db
@@ -119,7 +119,7 @@ def test_a_summary_with_injected_authority_is_rejected() -> None:
     assert candidate.verdict == "rejected"
     assert "transactional" in candidate.reasons
     assert Store.__name__  # memory.json untouched: the profile has no such summary
-    from facts.store import get_store
+    from facts.storage.store import get_store
 
     assert get_store().read_profile("alice").section("workContext").summary == ""
 

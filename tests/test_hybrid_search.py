@@ -12,8 +12,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from facts.store import Bucket, Store
-from facts.writer import delete_card, save_card, update_card
+from facts.storage.store import Bucket, Store
+from facts.storage.writer import delete_card, save_card, update_card
 from retrieval import index, vectors
 from retrieval.search import memory_search_json, search
 from tests.conftest import FIXED_NOW
@@ -99,7 +99,7 @@ def test_a_rebuild_embeds_only_texts_it_has_not_seen(
     embedded: list[str] = []
     real = vectors.embed
 
-    def counting(texts):  # type: ignore[no-untyped-def]
+    def counting(texts):
         embedded.extend(texts)
         return real(texts)
 
@@ -129,7 +129,7 @@ def test_a_first_index_embeds_on_worker_processes_while_the_mirror_is_written(
     in_parent: list[str] = []
     real = vectors.embed
 
-    def counting(texts):  # type: ignore[no-untyped-def]
+    def counting(texts):
         in_parent.extend(texts)  # the workers' calls happen in their own processes
         return real(texts)
 
@@ -171,7 +171,7 @@ def test_turning_embeddings_on_shows_drift_until_reindex(make_card, settings) ->
 
 
 def test_search_and_writes_survive_a_broken_model(embeddings: None, make_card, monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(texts):  # type: ignore[no-untyped-def]
+    def broken(texts):
         raise vectors.EmbeddingUnavailable("model file damaged")
 
     monkeypatch.setattr(vectors, "embed", broken)
@@ -219,7 +219,7 @@ def test_doctor_checks_that_the_model_loads(embeddings: None, monkeypatch: pytes
     found = _doctor_embeddings()
     assert found["level"] == "ok" and "512 dimensions" in found["message"]
 
-    def broken(texts):  # type: ignore[no-untyped-def]
+    def broken(texts):
         raise vectors.EmbeddingUnavailable("cannot load the embedding model")
 
     monkeypatch.setattr(vectors, "embed", broken)
@@ -261,17 +261,17 @@ def test_a_rebuild_that_fails_while_cards_are_embedded_stops_the_workers(
     started: list[vectors.Embedding] = []
     real = vectors.Embedding.__init__
 
-    def recording(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def recording(self, *args, **kwargs):
         real(self, *args, **kwargs)
         started.append(self)
 
     monkeypatch.setattr(vectors.Embedding, "__init__", recording)
 
-    def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def broken(*args, **kwargs):
         raise RuntimeError("disk full")
 
     monkeypatch.setattr(mirror, "rebuild_mirror", broken)
     with pytest.raises(RuntimeError, match="disk full"):
         rebuild.rebuild()
     assert len(started) == 1
-    assert all(not worker.is_alive() for worker in started[0]._pool._pool)
+    assert all(not worker.is_alive() for worker in started[0]._pool._pool)  # type: ignore[attr-defined]

@@ -18,10 +18,10 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from facts.demo import load_demo
-from facts.ids import normalize_id
 from facts.models import FactCard, Turn
 from facts.portability import importer
-from facts.store import Store
+from facts.storage.ids import normalize_id
+from facts.storage.store import Store
 from tests.test_export import LI, _export, _jsonl, _members, _refused, _remove_by_hand, _rewrite, _state
 
 pytestmark = pytest.mark.django_db
@@ -59,7 +59,7 @@ def test_it_refuses_a_card_added_to_another_users_project(emptied: Emptied, stor
     fact_id = Path(name).stem
     new_id = "fact_" + "ab" * 6
     forged = forged.replace(fact_id.encode(), new_id.encode())
-    from facts.ids import shard
+    from facts.storage.ids import shard
 
     target = f"projects/data-pipeline/facts/{shard(new_id)}/{new_id}.md"
     bad = _rewrite(archive, tmp_path / "bad.zip", add={target: forged}, rehash=True)

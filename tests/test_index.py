@@ -8,14 +8,15 @@ import sqlite3
 import time
 from datetime import timedelta
 from io import StringIO
+from typing import Any
 
 import pytest
 from django.core.management import call_command
 
-from facts import sqlitegen
 from facts.enums import CardStatus
-from facts.store import Bucket, Store
-from facts.writer import delete_card, save_card, update_card
+from facts.storage import sqlitegen
+from facts.storage.store import Bucket, Store
+from facts.storage.writer import delete_card, save_card, update_card
 from memoryadmin import rebuild
 from retrieval import index
 from retrieval.search import search
@@ -30,14 +31,14 @@ def _rows() -> list[tuple]:
     cards = conn.execute(f"SELECT {index._COLUMNS} FROM cards ORDER BY id").fetchall()
     df = conn.execute("SELECT term, n FROM df ORDER BY term").fetchall()
     stats = conn.execute("SELECT name, value FROM stats ORDER BY name").fetchall()
-    return [cards, df, stats]
+    return [cards, df, stats]  # type: ignore[list-item]
 
 
 def _ids() -> set[str]:
     return {row[0] for row in index.connection().execute("SELECT id FROM cards")}
 
 
-def _found(query: str, **scope: str) -> list[str]:
+def _found(query: str, **scope: Any) -> list[str]:
     return [hit.id for hit in search(query, now=FIXED_NOW, **{"user_id": "alice", "agent_name": "coder", **scope})]
 
 

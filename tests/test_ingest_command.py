@@ -129,7 +129,7 @@ def test_replaying_the_same_file_twice_changes_nothing(tmp_path: Path) -> None:
 
 
 def test_without_model_output_it_calls_the_configured_model(tmp_path: Path, openai_stub: OpenAIStub) -> None:
-    openai_stub.reply_tool_call(ARTICLE_TURN["model_output"])
+    openai_stub.reply_tool_call(ARTICLE_TURN["model_output"])  # type: ignore[arg-type]
     turn = {k: v for k, v in ARTICLE_TURN.items() if k != "model_output"}
     [result], _ = run(write(tmp_path, turn))
     assert len(openai_stub.requests) == 1 and result["saved"] == 1

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from facts.intake.turns import clean_turn
 from facts.management.commands.ingest import _split
-from facts.turns import clean_turn
 from tests.factories import fact_candidate
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -111,7 +111,7 @@ def _clean(user: str, project: str = "") -> Any:
 
 
 def test_lines_of_one_user_or_one_project_go_to_one_worker() -> None:
-    parsed = [
+    parsed: list[Any] = [
         (1, (_clean("ann"), {})),
         (2, (_clean("bob"), {})),
         (3, (_clean("cy", "p1"), {})),

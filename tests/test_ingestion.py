@@ -9,18 +9,19 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from facts import pipeline, queue
+from facts.intake import queue
+from facts.intake.queue import record_turn
+from facts.intake.turns import ThreadKey, TurnRejected
+from facts.judging import pipeline
+from facts.judging.pipeline import run_turns_now
 from facts.models import Candidate, ExtractedMessage, ExtractionRun, FactCard, Turn
-from facts.pipeline import run_turns_now
-from facts.queue import record_turn
 from facts.tasks import process_thread
-from facts.turns import TurnRejected
 from tests.factories import fact_candidate
 from tests.openai_stub import OpenAIStub
 
 pytestmark = pytest.mark.django_db
 
-THREAD = {"user_id": "alice", "agent_name": "coder", "thread_id": "t1"}
+THREAD: ThreadKey = {"user_id": "alice", "agent_name": "coder", "thread_id": "t1"}
 
 
 def turn(
@@ -273,7 +274,7 @@ def test_a_failed_flush_waits_for_the_backoff_like_any_turn(openai_stub: OpenAIS
 
 def test_a_disk_failure_while_writing_cards_leaves_the_turns_pending(openai_stub: OpenAIStub, monkeypatch) -> None:
     """Candidates, message ids and the turn's status commit only with card files on disk."""
-    from facts import atomic
+    from facts.storage import atomic
 
     def disk_full(path, text):
         raise OSError(28, "No space left on device")

@@ -14,8 +14,8 @@ from facts import injections
 from facts.erasure.run import erase
 from facts.erasure.scope import Scope as ErasureScope
 from facts.models import InjectedFact, Injection
-from facts.store import Bucket
-from facts.writer import save_card, update_card
+from facts.storage.store import Bucket
+from facts.storage.writer import save_card, update_card
 from memoryadmin import api_service
 from memoryadmin.api_service import Scope
 
@@ -148,8 +148,8 @@ def test_the_worker_sweep_prunes_the_log(cards: list[Any]) -> None:
 
 
 def test_forgetting_a_thread_removes_its_cards_from_the_log(make_card: Any, store: Any) -> None:
-    from facts.cardfile import Source
     from facts.erasure.plan import plan
+    from facts.storage.cardfile import Source
 
     from_thread = save_card(make_card(content="Said in t-9.", source=Source(kind="manual", thread_id="t-9")), actor="t")
     other = save_card(make_card(content="Said elsewhere."), actor="t")

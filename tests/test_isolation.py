@@ -15,9 +15,9 @@ import pytest
 from django.test import Client
 
 from facts.models import FactCard
-from facts.profilefile import Section
-from facts.store import Bucket, Store
-from facts.writer import commit_profile, save_card
+from facts.storage.profilefile import Section
+from facts.storage.store import Bucket, Store
+from facts.storage.writer import commit_profile, save_card
 from memoryadmin.models import ApiKey
 from retrieval.render import render_context
 from retrieval.search import memory_search_json, search
@@ -121,7 +121,7 @@ def test_the_api_never_crosses_a_scope(world) -> None:
         body = client.get("/api/v1/context", params).json()
         assert set(body["included"]) == allowed(world, user, agent, project), (user, agent, project)
         assert foreign_markers(body["text"], user, agent, project) == []
-        results = client.get("/api/v1/search", {**params, "q": "teapot", "limit": 10}).json()["results"]
+        results = client.get("/api/v1/search", {**params, "q": "teapot", "limit": 10}).json()["results"]  # type: ignore[arg-type]
         assert {r["id"] for r in results} == allowed(world, user, agent, project)
 
 

@@ -21,8 +21,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from facts.enums import CardStatus
 from facts.models import AuditEvent, Candidate, FactCard, Turn
-from facts.store import Bucket, Store
-from facts.writer import save_card
+from facts.storage.store import Bucket, Store
+from facts.storage.writer import save_card
 from memoryadmin.mcp_server import Identity, build_server
 from memoryadmin.models import ApiKey
 from tests.factories import fact_candidate
@@ -265,7 +265,9 @@ def over_django(key: str | None, user: str | None = "alice", agent: str | None =
     if agent:
         headers["X-Memory-Agent"] = agent
     http = httpx2.AsyncClient(
-        transport=httpx2.ASGITransport(app=get_asgi_application()), base_url="http://testserver", headers=headers
+        transport=httpx2.ASGITransport(app=get_asgi_application()),  # type: ignore[arg-type]
+        base_url="http://testserver",
+        headers=headers,
     )
     return Client(streamable_http_client("http://testserver/mcp", http_client=http))
 
@@ -319,7 +321,7 @@ def test_a_tenant_key_reaches_its_users_and_only_theirs(keys: dict[str, str], ma
     assert [hit["id"] for hit in found.structured_content["results"]] == [mine.id]
 
 
-INITIALIZE = {
+INITIALIZE: dict[str, Any] = {
     "jsonrpc": "2.0",
     "id": 1,
     "method": "initialize",
@@ -328,7 +330,7 @@ INITIALIZE = {
 
 
 def post(key: str | None, body: Any = INITIALIZE, **headers: str) -> Any:
-    extra = {"HTTP_AUTHORIZATION": f"Bearer {key}"} if key else {}
+    extra: dict[str, Any] = {"HTTP_AUTHORIZATION": f"Bearer {key}"} if key else {}
     extra |= {"HTTP_X_MEMORY_USER": "alice", "HTTP_X_MEMORY_AGENT": "coder"}
     extra |= {f"HTTP_{name.upper()}": value for name, value in headers.items()}
     return DjangoClient().post(

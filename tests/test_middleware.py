@@ -11,7 +11,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from facts.filtering import INJECTED_ORIGINS, filter_messages
+from facts.intake.filtering import INJECTED_ORIGINS, filter_messages
 from memoryadmin.client import MemoryClient
 from memoryadmin.langchain_memory import (
     LongTermMemoryMiddleware,

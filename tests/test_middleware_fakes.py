@@ -7,7 +7,8 @@ records what it was sent, and an httpx transport into the Django test client.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from datetime import datetime
+from typing import Any, TypeAlias
 
 import httpx
 from django.test import Client
@@ -19,7 +20,7 @@ from pydantic import ConfigDict, Field
 from memoryadmin.memory_protocol import MemoryContext
 from memoryadmin.outbox import Outbox
 
-Reply = AIMessage | str | Callable[[list[BaseMessage]], AIMessage | str]
+Reply: TypeAlias = AIMessage | str | Callable[[list[BaseMessage]], AIMessage | str]
 
 
 class ScriptedChatModel(BaseChatModel):
@@ -38,7 +39,7 @@ class ScriptedChatModel(BaseChatModel):
         return "scripted"
 
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedChatModel:
-        self.bound_tools = [getattr(t, "name", None) or t.get("name", "") for t in tools]  # type: ignore[union-attr]
+        self.bound_tools = [getattr(t, "name", None) or t.get("name", "") for t in tools]
         return self
 
     def _generate(
@@ -64,7 +65,14 @@ class RecordingMemory:
         self.search_calls: list[tuple[MemoryContext, str, int]] = []
         self.fail: Exception | None = None
 
-    def record_turn(self, ctx: MemoryContext, messages: Sequence[Mapping[str, Any]], *, flush: bool = False) -> dict:
+    def record_turn(
+        self,
+        ctx: MemoryContext,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        flush: bool = False,
+        created_at: str | datetime | None = None,
+    ) -> dict:
         if self.fail is not None:
             raise self.fail
         self.turns.append((ctx, [dict(m) for m in messages], flush))
@@ -128,7 +136,7 @@ class ReplayExtractor(BaseChatModel):
     ) -> ChatResult:
         import json
 
-        payload = json.loads(messages[-1].content)  # type: ignore[arg-type]
+        payload = json.loads(messages[-1].content)
         rows = payload["conversation"]
         self.conversations.append(rows)
         update: dict[str, list[dict[str, Any]]] = {"facts": [], "summaries": [], "confirmations": []}

@@ -9,8 +9,8 @@ from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
 
 from facts.models import FactUsage
-from facts.profilefile import Section
-from facts.writer import commit_profile, save_card
+from facts.storage.profilefile import Section
+from facts.storage.writer import commit_profile, save_card
 from memoryadmin.client import LocalMemory, MemoryClient
 from memoryadmin.langchain_memory import LongTermMemoryMiddleware
 from memoryadmin.memory_protocol import MemoryContext, MemoryRejected

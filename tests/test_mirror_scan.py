@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from facts import mirror
-from facts.cardfile import Card, Source, _parse_card_yaml, dump_card, parse_card_fast
-from facts.store import Store
+from facts.storage.cardfile import Card, Source, _parse_card_yaml, dump_card, parse_card_fast
+from facts.storage.store import Store
 from retrieval.tokenize import document_terms
 from tests.conftest import FIXED_NOW
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from facts.errors import InvalidId
-from facts.ids import DEFAULT_AGENT, normalize_agent, normalize_id
-from facts.store import Store
+from facts.storage.errors import InvalidId
+from facts.storage.ids import DEFAULT_AGENT, normalize_agent, normalize_id
+from facts.storage.store import Store
 
 
 def _tail(raw: str) -> str:

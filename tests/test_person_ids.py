@@ -14,8 +14,8 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from facts.models import AuditEvent, Erasure, ProfileRevision, ProfileSection
-from facts.store import Store
-from facts.writer import save_card
+from facts.storage.store import Store
+from facts.storage.writer import save_card
 
 pytestmark = pytest.mark.django_db
 

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from facts.models import FactCard
-from facts.profilefile import Section
-from facts.writer import Delete, Put, commit, commit_profile
+from facts.storage.profilefile import Section
+from facts.storage.writer import Delete, Put, commit, commit_profile
 from retrieval.render import as_written, render_context
 from retrieval.tokens import count_tokens
 

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from facts.cardfile import Card, Source, _front_matter, _yaml, dump_card, dump_front_matter, parse_card
 from facts.enums import HISTORY_SECTIONS, USER_SECTIONS, CardStatus, Category, SourceKind
-from facts.errors import CardParseError, InvalidId
-from facts.ids import new_fact_id, normalize_agent, normalize_id
-from facts.profilefile import Profile, Section, dump_profile, parse_profile
-from facts.store import Store
+from facts.storage.cardfile import Card, Source, _front_matter, _yaml, dump_card, dump_front_matter, parse_card
+from facts.storage.errors import CardParseError, InvalidId
+from facts.storage.ids import new_fact_id, normalize_agent, normalize_id
+from facts.storage.profilefile import Profile, Section, dump_profile, parse_profile
+from facts.storage.store import Store
 
 # Any text a person or a model could send, control characters included.
 any_text = st.text(st.characters(codec="utf-8"), max_size=300)

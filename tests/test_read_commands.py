@@ -8,7 +8,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from facts.writer import save_card
+from facts.storage.writer import save_card
 from retrieval.search import memory_search_json
 from retrieval.tokens import count_tokens
 

@@ -11,8 +11,8 @@ from django.core.management import call_command
 
 from facts import mirror
 from facts.models import FactCard
-from facts.store import Store
-from facts.writer import save_card
+from facts.storage.store import Store
+from facts.storage.writer import save_card
 
 pytestmark = pytest.mark.django_db
 
@@ -79,5 +79,5 @@ def test_a_hand_edited_card_is_tokenized_once_by_reindex(store: Store, make_card
     call_command("reindex", "--no-progress", stdout=StringIO())
     assert seen.count("Prefers tabs, edited by hand.") == 1
     assert FactCard.objects.get(id=card.id).content == "Prefers tabs, edited by hand."
-    hits = search("tabs", user_id=card.user_id, agent_name=card.agent_name)
+    hits = search("tabs", user_id=card.user_id, agent_name=card.agent_name)  # type: ignore[arg-type]
     assert [hit.id for hit in hits] == [card.id]

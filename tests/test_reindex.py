@@ -10,9 +10,9 @@ from django.core.management.base import CommandError
 from django.forms.models import model_to_dict
 
 from facts.models import FactCard, FactRevision, ProfileSection
-from facts.profilefile import Section
-from facts.store import Store
-from facts.writer import commit_profile, save_card
+from facts.storage.profilefile import Section
+from facts.storage.store import Store
+from facts.storage.writer import commit_profile, save_card
 from tests.conftest import reindex_check as _check
 
 pytestmark = pytest.mark.django_db

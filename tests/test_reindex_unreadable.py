@@ -13,8 +13,8 @@ from django.core.management.base import CommandError
 from django.test import Client
 
 from facts.models import FactCard
-from facts.store import Store
-from facts.writer import save_card
+from facts.storage.store import Store
+from facts.storage.writer import save_card
 from memoryadmin.models import DriftCheck
 from retrieval.search import search
 

@@ -11,8 +11,8 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from facts.enums import CardStatus
-from facts.profilefile import Section
-from facts.writer import commit_profile, save_card
+from facts.storage.profilefile import Section
+from facts.storage.writer import commit_profile, save_card
 from retrieval import index, render
 from retrieval.models import AgentSettings
 from retrieval.render import render_context

@@ -18,14 +18,14 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from langchain_core.messages import AIMessage, HumanMessage
 
+from facts.curation.review import apply_candidate
 from facts.enums import CardStatus
+from facts.intake.turns import FUTURE_TOLERANCE, ThreadKey, TurnRejected, clean_said_at, clean_turn
+from facts.judging.pipeline import run_turns_now
 from facts.models import Candidate, ExtractionRun, FactCard, Turn
-from facts.pipeline import run_turns_now
 from facts.portability import importer
 from facts.portability.export import export_user
-from facts.review import apply_candidate
-from facts.store import Store
-from facts.turns import FUTURE_TOLERANCE, TurnRejected, clean_said_at, clean_turn
+from facts.storage.store import Store
 from memoryadmin.client import LocalMemory, MemoryClient
 from memoryadmin.memory_protocol import MemoryContext, MemoryRejected
 from memoryadmin.models import ApiKey
@@ -41,7 +41,7 @@ pytestmark = pytest.mark.django_db
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 SAID = "2023-03-14T09:26:53+01:00"
 SAID_UTC = datetime(2023, 3, 14, 8, 26, 53, tzinfo=UTC)
-THREAD = {"user_id": "alice", "agent_name": "coder", "thread_id": "t1"}
+THREAD: ThreadKey = {"user_id": "alice", "agent_name": "coder", "thread_id": "t1"}
 USER_WORDS = "我主要做 Python 后端开发，平时请用中文解释技术问题。"
 
 
@@ -72,7 +72,7 @@ def the_card() -> FactCard:
     return FactCard.objects.get(user_id="alice", key="response_language", status=CardStatus.ACTIVE)
 
 
-# --- the rule (facts/turns.py) ---------------------------------------------------------
+# --- the rule (facts/intake/turns.py) --------------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import pytest
 
 from facts.erasure.run import erase
 from facts.erasure.scope import Scope
-from facts.writer import save_card
+from facts.storage.writer import save_card
 from retrieval import index
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from facts.models import CardChange
-from facts.writer import save_card
+from facts.storage.writer import save_card
 from retrieval import index, reads
 from retrieval.follow import Follower
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def two_indexes(settings: Any, tmp_path: Path, memory_root: Path):  # type: ignore[no-untyped-def]
+def two_indexes(settings: Any, tmp_path: Path, memory_root: Path):
     settings.MEMORY_CHANGE_LOG = True
 
     def on(machine: str) -> None:
@@ -58,7 +58,7 @@ def test_a_change_that_commits_late_is_still_applied(two_indexes, make_card) -> 
 
 
 def test_a_card_deleted_on_the_other_machine_leaves_this_index(two_indexes, make_card) -> None:
-    from facts.writer import Delete, commit
+    from facts.storage.writer import Delete, commit
 
     two_indexes("b")
     follower = Follower.from_now()

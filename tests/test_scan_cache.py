@@ -10,8 +10,8 @@ import os
 import pytest
 
 from facts import mirror
-from facts.store import Store
-from facts.writer import delete_card, save_card
+from facts.storage.store import Store
+from facts.storage.writer import delete_card, save_card
 from retrieval import derived, index
 from retrieval.search import search
 from tests.conftest import FIXED_NOW
@@ -27,7 +27,7 @@ def parsed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     parse = mirror._parse
 
-    def counting(root: str, rel: str, text: str, digest: str) -> tuple[mirror.Scanned, bool]:
+    def counting(root: str, rel: str, text: bytes, digest: str) -> tuple[mirror.Scanned, bool]:
         seen.append(rel)
         return parse(root, rel, text, digest)
 

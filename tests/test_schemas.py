@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from facts.schemas import Confirmation, MemoryUpdate, SummaryCandidate, parse_update
+from facts.judging.schemas import Confirmation, MemoryUpdate, SummaryCandidate, parse_update
 from tests.factories import fact_candidate, fact_model
 
 

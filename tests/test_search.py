@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from facts.enums import CardStatus
-from facts.writer import save_card
+from facts.storage.writer import save_card
 from memoryadmin.client import LocalMemory
 from memoryadmin.memory_protocol import MemoryContext
 from retrieval import search as S
@@ -208,7 +208,7 @@ def test_memory_search_json_has_the_tool_fields_and_clamps_the_limit(make_card) 
     assert len(items) == 10
     assert set(items[0]) == {"id", "content", "category", "confidence", "score"}
     assert len(json.loads(memory_search_json("testing", user_id="alice", agent_name="coder", limit=0))) == 1
-    assert len(json.loads(memory_search_json("testing", user_id="alice", agent_name="coder", limit="x"))) == 5
+    assert len(json.loads(memory_search_json("testing", user_id="alice", agent_name="coder", limit="x"))) == 5  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("asked", "given"), [(0, 1), (-3, 1), (1, 1), (7, 7), (10, 10), (11, 10), (10**30, 10),

@@ -17,7 +17,7 @@ from django.test import Client
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from facts.writer import save_card
+from facts.storage.writer import save_card
 from memoryadmin.client import LocalMemory
 from memoryadmin.langchain_memory import LongTermMemoryMiddleware
 from memoryadmin.memory_protocol import MemoryContext
@@ -101,7 +101,7 @@ def test_the_agents_memory_search_tool_returns_the_cut_card(make_card) -> None:
         context=MemoryContext(user_id="alice", agent_name="coder", thread_id="t1"),
     )
     answer = next(m for m in state["messages"] if isinstance(m, ToolMessage))
-    results = json.loads(answer.content)  # type: ignore[arg-type]
+    results = json.loads(answer.content)
     assert [r["id"] for r in results] == [card.id] and results[0]["truncated"] is True
 
 

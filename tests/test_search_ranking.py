@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from facts.writer import save_card
+from facts.storage.writer import save_card
 from retrieval import vectors
 from retrieval.query import core
 from retrieval.search import search

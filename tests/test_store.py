@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from facts.atomic import atomic_write, atomic_write_many
-from facts.cardfile import Card, dump_card, parse_card
-from facts.errors import CardParseError
-from facts.ids import shard
-from facts.profilefile import Profile, Section, dump_profile, parse_profile
-from facts.store import Bucket, Store
+from facts.storage.atomic import atomic_write, atomic_write_many
+from facts.storage.cardfile import Card, dump_card, parse_card
+from facts.storage.errors import CardParseError
+from facts.storage.ids import shard
+from facts.storage.profilefile import Profile, Section, dump_profile, parse_profile
+from facts.storage.store import Bucket, Store
 
 
 def test_it_round_trips_a_card_through_its_file(store: Store, make_card) -> None:
@@ -147,7 +147,7 @@ def test_a_card_needs_a_valid_id(make_card) -> None:
 
 
 def test_a_batch_fsyncs_each_folder_once_and_each_new_folders_parent_once(tmp_path: Path, monkeypatch) -> None:
-    from facts import atomic
+    from facts.storage import atomic
 
     synced: list[Path] = []
     real = atomic._fsync_dir

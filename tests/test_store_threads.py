@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
-from facts.errors import LockTimeout
-from facts.store import Bucket, Store
+from facts.storage.errors import LockTimeout
+from facts.storage.store import Bucket, Store
 
 
 def test_it_excludes_threads_of_one_process(store: Store) -> None:

@@ -25,8 +25,8 @@ from mcp import Client as McpClient
 
 from facts import tenancy
 from facts.models import AuditEvent, FactCard, Turn
-from facts.store import Store
-from facts.writer import save_card
+from facts.storage.store import Store
+from facts.storage.writer import save_card
 from memoryadmin.client import LocalMemory
 from memoryadmin.mcp_server import Identity, build_server
 from memoryadmin.memory_protocol import MemoryContext, MemoryRejected
@@ -163,7 +163,11 @@ def test_a_user_outside_the_key_is_refused_before_the_project_is_looked_at(shop_
 
 
 def mcp_post(key: str, user: str, project: str | None) -> Any:
-    headers = {"HTTP_AUTHORIZATION": f"Bearer {key}", "HTTP_X_MEMORY_USER": user, "HTTP_X_MEMORY_AGENT": "coder"}
+    headers: dict[str, Any] = {
+        "HTTP_AUTHORIZATION": f"Bearer {key}",
+        "HTTP_X_MEMORY_USER": user,
+        "HTTP_X_MEMORY_AGENT": "coder",
+    }
     if project:
         headers["HTTP_X_MEMORY_PROJECT"] = project
     body = {

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from facts.writer import save_card
+from facts.storage.writer import save_card
 from memoryadmin.client import LocalMemory, MemoryClient
 from memoryadmin.langchain_memory import make_memory_search_tool
 from memoryadmin.mcp_server import Identity, build_server

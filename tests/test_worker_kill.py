@@ -28,7 +28,7 @@ LEASE_SECONDS = 3
 DEADLINE_S = float(os.environ.get("WORKER_KILL_DEADLINE", "240"))
 
 SEND = """
-from facts.queue import record_turn
+from facts.intake.queue import record_turn
 for n in range(TURNS):
     tag = f"n{n}"
     record_turn(user_id="alice", agent_name="coder", thread_id=f"t{n}", messages=[

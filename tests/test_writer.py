@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from facts import hooks
-from facts.errors import RevisionConflict
 from facts.models import FactCard, FactRevision, ProfileRevision, ProfileSection
-from facts.profilefile import Profile, Section
-from facts.store import Bucket, Store
-from facts.writer import (
+from facts.storage import hooks
+from facts.storage.errors import RevisionConflict
+from facts.storage.profilefile import Profile, Section
+from facts.storage.store import Bucket, Store
+from facts.storage.writer import (
     Delete,
     DeleteProfile,
     Put,
@@ -180,8 +180,8 @@ _WORKER = textwrap.dedent(
     import django
     os.environ["DJANGO_SETTINGS_MODULE"] = "memoryadmin.settings"
     django.setup()
-    from facts.store import Bucket
-    from facts.writer import update_card
+    from facts.storage.store import Bucket
+    from facts.storage.writer import update_card
     bucket = Bucket(user_id=sys.argv[1], agent_name="coder")
     for _ in range(int(sys.argv[3])):
         update_card(bucket, sys.argv[2], lambda c: c.model_copy(update={"confirmation_count": c.confirmation_count + 1}), actor="proc")

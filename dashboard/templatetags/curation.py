@@ -5,7 +5,7 @@ from __future__ import annotations
 from django import template
 
 from dashboard import labels
-from dashboard.views.review import is_reviewable
+from facts.curation.review import is_reviewable
 from facts.models import Candidate
 
 register = template.Library()

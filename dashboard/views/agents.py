@@ -15,8 +15,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.confirm import confirm_first
-from dashboard.forms import AgentSettingsForm, ApiKeyForm
-from dashboard.helpers import audit
+from dashboard.forms.people import ApiKeyForm
+from dashboard.forms.reading import AgentSettingsForm
+from dashboard.helpers import audit, flash_errors
 from facts.access import ADMINISTER
 from facts.models import AuditEvent, FactCard
 from memoryadmin.models import ApiKey
@@ -51,7 +52,7 @@ def agents(request: HttpRequest) -> HttpResponse:
         "key_form": ApiKeyForm(),
         "new_agent": AgentSettingsForm(prefix="new"),
     }
-    return render(request, "memoryadmin/agents.html", ctx)
+    return render(request, "dashboard/agents.html", ctx)
 
 
 def store_agent_settings(request: HttpRequest, data: dict[str, Any]) -> AgentSettings:
@@ -88,7 +89,7 @@ def agent_settings(request: HttpRequest) -> HttpResponse:
         # Only a query string: `back` never names another page or site.
         target = reverse("context_preview") + ("?" + back if back and not back.startswith(("/", "http")) else "")
     if not form.is_valid():
-        messages.error(request, "Not saved: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+        flash_errors(request, "Not saved:", form)
         return redirect(target)
     row = store_agent_settings(request, form.cleaned_data)
     messages.success(
@@ -104,7 +105,7 @@ def agent_settings(request: HttpRequest) -> HttpResponse:
 def api_key_create(request: HttpRequest) -> HttpResponse:
     form = ApiKeyForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "No key created: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+        flash_errors(request, "No key created:", form)
         return redirect("agents")
     key, raw = ApiKey.issue(
         form.cleaned_data["name"],
@@ -123,7 +124,7 @@ def api_key_create(request: HttpRequest) -> HttpResponse:
         allowed_users=key.allowed_users,
     )
     # Shown once, in this response only: the database keeps the hash.
-    response = render(request, "memoryadmin/key_created.html", {"key": key, "raw": raw})
+    response = render(request, "dashboard/key_created.html", {"key": key, "raw": raw})
     response["Cache-Control"] = "no-store"
     return response
 

@@ -4,18 +4,19 @@ day, newest first."""
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from dashboard.forms import AuditFilters, day_end, day_start
-from dashboard.helpers import page_of, query_without_page
+from dashboard.forms.common import day_end, day_start
+from dashboard.forms.reading import AuditFilters
+from dashboard.helpers import HtmxHttpRequest, page_of, query_without_page
 from facts.models import AuditEvent
 
 
 @require_GET
 @login_required
-def audit_log(request: HttpRequest) -> HttpResponse:
+def audit_log(request: HtmxHttpRequest) -> HttpResponse:
     form = AuditFilters(request.GET)
     rows = AuditEvent.objects.none()
     query = ""
@@ -41,5 +42,5 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         number = data.get("page")
     ctx = {"form": form, "page": page_of(request, rows, number), "query": query}
     if request.htmx and request.htmx.target == "audit-rows":
-        return render(request, "memoryadmin/audit.html#rows", ctx)
-    return render(request, "memoryadmin/audit.html", ctx)
+        return render(request, "dashboard/audit.html#rows", ctx)
+    return render(request, "dashboard/audit.html", ctx)

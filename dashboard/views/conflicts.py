@@ -1,5 +1,5 @@
 """Conflicts page: cards of one bucket that claim the same attribute (found by
-`facts.conflicts`) and cards past their review-by date; a curator keeps one card and
+`facts.curation.conflicts`) and cards past their review-by date; a curator keeps one card and
 the others are superseded by it."""
 
 from __future__ import annotations
@@ -14,14 +14,15 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.confirm import confirm_first
-from dashboard.forms import ResolveForm
-from dashboard.helpers import actor_of, audit, changed, fact_or_404
+from dashboard.forms.memory import ResolveForm
+from dashboard.helpers import actor_of, changed, fact_or_404
 from dashboard.views.overview import COUNTS_CACHE_SECONDS, counts_version
 from facts.access import CURATE
-from facts.conflicts import Conflict, find_conflicts, resolve
+from facts.curation import cards
+from facts.curation.conflicts import Conflict, find_conflicts
 from facts.enums import CardStatus
-from facts.errors import RevisionConflict
-from facts.models import AuditEvent, FactCard
+from facts.models import FactCard
+from facts.storage.errors import RevisionConflict
 
 
 def cached_conflicts() -> tuple[list[Conflict], list[FactCard]]:
@@ -44,7 +45,7 @@ def cached_conflicts() -> tuple[list[Conflict], list[FactCard]]:
 @login_required
 def conflicts(request: HttpRequest) -> HttpResponse:
     found, overdue = cached_conflicts()
-    return render(request, "facts/conflicts.html", {"conflicts": found, "overdue": overdue, "now": timezone.now()})
+    return render(request, "dashboard/conflicts.html", {"conflicts": found, "overdue": overdue, "now": timezone.now()})
 
 
 @login_required
@@ -70,18 +71,9 @@ def resolve_conflict(request: HttpRequest) -> HttpResponse:
         return asked
     reason = form.cleaned_data.get("reason") or f"conflict resolved in favour of {keep.id}"
     try:
-        superseded = resolve(keep, others, actor=actor_of(request), reason=reason)
+        superseded = cards.resolve_conflict(keep, others, actor=actor_of(request), reason=reason)
     except RevisionConflict as exc:
         messages.error(request, f"Nothing was changed: {exc}")
         return redirect("conflicts")
-    audit(
-        request,
-        AuditEvent.Action.RESOLVE,
-        target=keep.id,
-        user_id=keep.user_id,
-        agent_name=keep.agent_name,
-        reason=reason,
-        superseded=[r.id for r in others],
-    )
     messages.success(request, f"Kept {keep.id}; {superseded} card(s) superseded.")
     return changed(redirect("conflicts"))

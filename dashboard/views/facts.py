@@ -2,14 +2,14 @@
 superseded chain, evidence in its conversation) and the curator's actions on one card
 (correct, expire, restore, review-by, revert, delete).
 
-Every change goes through `facts.writer`; every change is recorded as an `AuditEvent`.
+Every change is a verb of `facts.curation` (the write through `facts.storage.writer` and its
+`AuditEvent`); these views only check forms and say how it went.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,42 +17,35 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.db import connection
 from django.db.models import Q, QuerySet
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from dashboard.confirm import confirm_first
-from dashboard.forms import (
-    AddFactForm,
-    CorrectForm,
-    DeleteForm,
-    ExpireForm,
-    FactFilters,
-    OptionalReasonForm,
-    ReviewByForm,
-)
+from dashboard.forms.common import OptionalReasonForm
+from dashboard.forms.memory import AddFactForm, CorrectForm, DeleteForm, ExpireForm, FactFilters, ReviewByForm
 from dashboard.helpers import (
+    HtmxHttpRequest,
     actor_of,
-    audit,
     changed,
     diff_lines,
     fact_in_scope,
     fact_or_404,
+    flash_errors,
     page_of,
     query_without_page,
     said_at_of,
     scope_label,
 )
-from facts import manual, writer
 from facts.access import ADMINISTER, CURATE
-from facts.cardfile import Card, now_utc, parse_card
-from facts.enums import CardStatus, Category
-from facts.errors import CardParseError, InvalidId, LockTimeout, RevisionConflict
+from facts.curation import cards, manual
 from facts.injections import last_injected
-from facts.models import AuditEvent, ExtractionRun, FactCard, FactRevision, FactUsage
-from facts.store import get_store
+from facts.models import ExtractionRun, FactCard, FactRevision, FactUsage
+from facts.storage.cardfile import Card, parse_card
+from facts.storage.errors import CardParseError, InvalidId, LockTimeout, RevisionConflict
+from facts.storage.store import get_store
 from retrieval.search import search
 
 # --- facts list -------------------------------------------------------------------------
@@ -106,7 +99,7 @@ def filtered_facts(data: dict[str, Any]) -> tuple[QuerySet[FactCard], str]:
 
 @require_GET
 @login_required
-def fact_list(request: HttpRequest) -> HttpResponse:
+def fact_list(request: HtmxHttpRequest) -> HttpResponse:
     form = FactFilters(request.GET)
     note = ""
     if form.is_valid():
@@ -117,7 +110,11 @@ def fact_list(request: HttpRequest) -> HttpResponse:
         page = page_of(request, FactCard.objects.none(), 1)
         query = ""
     ctx = {"form": form, "page": page, "query": query, "note": note, "now": timezone.now()}
-    template = "facts/list.html#rows" if request.htmx and request.htmx.target == "fact-rows" else "facts/list.html"
+    template = (
+        "dashboard/fact_list.html#rows"
+        if request.htmx and request.htmx.target == "fact-rows"
+        else "dashboard/fact_list.html"
+    )
     return render(request, template, ctx)
 
 
@@ -127,7 +124,7 @@ def fact_list(request: HttpRequest) -> HttpResponse:
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_http_methods(["GET", "POST"])
-def fact_add(request: HttpRequest) -> HttpResponse:
+def fact_add(request: HtmxHttpRequest) -> HttpResponse:
     """A curator writes a fact directly (reviewers and admins, not viewers): checked like
     the agents' input, written through the one write function, audited as add_fact."""
     if request.method == "POST":
@@ -138,7 +135,7 @@ def fact_add(request: HttpRequest) -> HttpResponse:
                 added = manual.add_fact(fact, actor=actor_of(request), reason=form.cleaned_data.get("reason", ""))
             except (RevisionConflict, LockTimeout, InvalidId) as exc:
                 messages.error(request, f"Not added: {exc}")
-                return render(request, "facts/add.html", {"form": form}, status=409)
+                return render(request, "dashboard/fact_add.html", {"form": form}, status=409)
             if not added.written:
                 messages.info(request, f"Nothing added: the active card {added.fact_id} already says exactly this.")
             elif added.replaced:
@@ -148,11 +145,11 @@ def fact_add(request: HttpRequest) -> HttpResponse:
             else:
                 messages.success(request, f"Added {added.fact_id}: live now, in the context preview and search.")
             return redirect("fact_detail", fact_id=added.fact_id)
-        return render(request, "facts/add.html", {"form": form}, status=400)
+        return render(request, "dashboard/fact_add.html", {"form": form}, status=400)
     initial = {name: request.GET[name] for name in ("user", "agent", "project") if request.GET.get(name)}
     if initial.get("project") and not initial.get("user"):
         initial["scope"] = "project"
-    return render(request, "facts/add.html", {"form": AddFactForm(initial=initial)})
+    return render(request, "dashboard/fact_add.html", {"form": AddFactForm(initial=initial)})
 
 
 # --- fact detail ------------------------------------------------------------------------
@@ -246,7 +243,7 @@ def chain_of(row: FactCard) -> list[FactCard]:
 
 @require_GET
 @login_required
-def fact_detail(request: HttpRequest, fact_id: str) -> HttpResponse:
+def fact_detail(request: HtmxHttpRequest, fact_id: str) -> HttpResponse:
     row = fact_or_404(fact_id)
     run = None
     if row.source_run_id.isdigit():
@@ -274,7 +271,7 @@ def fact_detail(request: HttpRequest, fact_id: str) -> HttpResponse:
         "reason_form": OptionalReasonForm(),
         "now": timezone.now(),
     }
-    return render(request, "facts/detail.html", ctx)
+    return render(request, "dashboard/fact_detail.html", ctx)
 
 
 def correct_form_for(row: FactCard) -> CorrectForm:
@@ -308,161 +305,106 @@ def evidence_row(run: ExtractionRun, message_id: str, evidence: str) -> dict[str
 
 
 # --- fact actions -------------------------------------------------------------------
+# Each action is a verb of `facts.curation.cards` (the write and its audit); the view
+# checks the form, names the actor and says how it went.
+
+CHANGE_ERRORS = (RevisionConflict, CardParseError, InvalidId, ValueError)
 
 
-def apply_change(
-    request: HttpRequest,
-    row: FactCard,
-    change: Callable[[Card], Card],
-    *,
-    action: str,
-    reason: str,
-    done: str,
-    expected_revision: int | None = None,
-    **details: Any,
-) -> HttpResponse:
-    try:
-        card = writer.update_card(
-            row.bucket, row.id, change, actor=actor_of(request), reason=reason, expected_revision=expected_revision
-        )
-    except (RevisionConflict, CardParseError, InvalidId, ValueError) as exc:
-        messages.error(request, f"Nothing was changed: {exc}")
-        return redirect("fact_detail", fact_id=row.id)
-    audit(
-        request,
-        action,
-        target=row.id,
-        user_id=row.user_id,
-        agent_name=row.agent_name,
-        reason=reason,
-        revision=card.revision,
-        **details,
-    )
-    messages.success(request, done)
-    response = redirect("fact_detail", fact_id=row.id)
-    return changed(response)
+def done(request: HtmxHttpRequest, row: FactCard, text: str) -> HttpResponse:
+    messages.success(request, text)
+    return changed(redirect("fact_detail", fact_id=row.id))
+
+
+def not_changed(request: HtmxHttpRequest, row: FactCard, exc: Exception) -> HttpResponse:
+    messages.error(request, f"Nothing was changed: {exc}")
+    return redirect("fact_detail", fact_id=row.id)
 
 
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def fact_correct(request: HttpRequest, fact_id: str) -> HttpResponse:
+def fact_correct(request: HtmxHttpRequest, fact_id: str) -> HttpResponse:
     row = fact_in_scope(request, fact_id)
     form = CorrectForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "Not corrected: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+        flash_errors(request, "Not corrected:", form)
         return redirect("fact_detail", fact_id=row.id)
     data = form.cleaned_data
-
-    def change(card: Card) -> Card:
-        return card.model_copy(
-            update={
-                "content": data["content"],
-                "key": data["key"],
-                "category": Category(data["category"]),
-                "confidence": data["confidence"],
-            }
+    try:
+        cards.correct(
+            row,
+            actor=actor_of(request),
+            reason=data["reason"],
+            content=data["content"],
+            key=data["key"],
+            category=data["category"],
+            confidence=data["confidence"],
+            expected_revision=data.get("revision"),
         )
-
-    return apply_change(
-        request,
-        row,
-        change,
-        action=AuditEvent.Action.CORRECT,
-        reason=data["reason"],
-        done="Corrected: a new revision was written.",
-        expected_revision=data.get("revision"),
-    )
+    except CHANGE_ERRORS as exc:
+        return not_changed(request, row, exc)
+    return done(request, row, "Corrected: a new revision was written.")
 
 
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def fact_expire(request: HttpRequest, fact_id: str) -> HttpResponse:
+def fact_expire(request: HtmxHttpRequest, fact_id: str) -> HttpResponse:
     row = fact_in_scope(request, fact_id)
     form = ExpireForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Not expired: check the date.")
         return redirect("fact_detail", fact_id=row.id)
-    at = form.cleaned_data.get("at")
-    now = now_utc()
-    if at is not None and at.tzinfo is None:
-        at = at.replace(tzinfo=UTC)
-
-    def change(card: Card) -> Card:
-        if at is None or at <= now:
-            return card.model_copy(update={"status": CardStatus.EXPIRED, "expires_at": at or now})
-        return card.model_copy(update={"expires_at": at})
-
-    when = "now" if at is None or at <= now else at.isoformat()
-    return apply_change(
-        request,
-        row,
-        change,
-        action=AuditEvent.Action.EXPIRE,
-        reason=form.cleaned_data["reason"],
-        done=f"Expires {when}.",
-        at=when,
-    )
+    try:
+        expired = cards.expire(
+            row, actor=actor_of(request), reason=form.cleaned_data["reason"], at=form.cleaned_data.get("at")
+        )
+    except CHANGE_ERRORS as exc:
+        return not_changed(request, row, exc)
+    return done(request, row, f"Expires {expired.when}.")
 
 
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def fact_restore(request: HttpRequest, fact_id: str) -> HttpResponse:
+def fact_restore(request: HtmxHttpRequest, fact_id: str) -> HttpResponse:
     row = fact_in_scope(request, fact_id)
     form = OptionalReasonForm(request.POST)
     form.is_valid()
-
-    def change(card: Card) -> Card:
-        return card.model_copy(update={"status": CardStatus.ACTIVE, "expires_at": None, "superseded_by": None})
-
-    return apply_change(
-        request,
-        row,
-        change,
-        action=AuditEvent.Action.RESTORE,
-        reason=form.cleaned_data.get("reason", ""),
-        done="Restored: the card is active again.",
-    )
+    try:
+        cards.restore(row, actor=actor_of(request), reason=form.cleaned_data.get("reason", ""))
+    except CHANGE_ERRORS as exc:
+        return not_changed(request, row, exc)
+    return done(request, row, "Restored: the card is active again.")
 
 
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def fact_review_by(request: HttpRequest, fact_id: str) -> HttpResponse:
+def fact_review_by(request: HtmxHttpRequest, fact_id: str) -> HttpResponse:
     row = fact_in_scope(request, fact_id)
     form = ReviewByForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Not saved: check the date.")
         return redirect("fact_detail", fact_id=row.id)
     day = form.cleaned_data.get("review_by")
-    at = datetime(day.year, day.month, day.day, tzinfo=UTC) if day else None
-
-    def change(card: Card) -> Card:
-        return card.model_copy(update={"review_by": at})
-
-    return apply_change(
-        request,
-        row,
-        change,
-        action=AuditEvent.Action.REVIEW_BY,
-        reason=form.cleaned_data.get("reason", ""),
-        done=f"Review-by date {'set to ' + day.isoformat() if day else 'cleared'}.",
-        review_by=day.isoformat() if day else None,
-    )
+    try:
+        cards.set_review_by(row, actor=actor_of(request), reason=form.cleaned_data.get("reason", ""), day=day)
+    except CHANGE_ERRORS as exc:
+        return not_changed(request, row, exc)
+    return done(request, row, f"Review-by date {'set to ' + day.isoformat() if day else 'cleared'}.")
 
 
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def fact_revert(request: HttpRequest, fact_id: str, revision: int) -> HttpResponse:
+def fact_revert(request: HtmxHttpRequest, fact_id: str, revision: int) -> HttpResponse:
     row = fact_in_scope(request, fact_id)
-    old = FactRevision.objects.filter(fact_id=row.id, revision=revision).first()
-    if old is None:
-        raise Http404("no such revision")
     try:
-        target = parse_card(old.text, Path(row.path))
+        target = cards.card_at_revision(row, revision)
+    except cards.UnknownRevision:
+        raise Http404("no such revision") from None
     except CardParseError as exc:
         messages.error(request, f"Revision {revision} cannot be read: {exc.message}")
         return redirect("fact_detail", fact_id=row.id)
@@ -478,62 +420,27 @@ def fact_revert(request: HttpRequest, fact_id: str, revision: int) -> HttpRespon
     form = OptionalReasonForm(request.POST)
     form.is_valid()
     reason = form.cleaned_data.get("reason") or f"revert to revision {revision}"
-
-    def change(card: Card) -> Card:
-        keep = {"id": card.id, "revision": card.revision, "created_at": card.created_at, "updated_at": card.updated_at}
-        return target.model_copy(update=keep)
-
-    return apply_change(
-        request,
-        row,
-        change,
-        action=AuditEvent.Action.REVERT,
-        reason=reason,
-        done=f"Reverted to revision {revision}.",
-        to_revision=revision,
-    )
-
-
-def erase(request: HttpRequest, rows: Iterable[FactCard], *, reason: str) -> int:
-    """Delete cards for good: files, mirror rows and their stored revisions (the text)."""
-    store = get_store()
-    ops = []
-    for row in rows:
-        card = store.read_card(row.bucket, row.id)
-        if card is not None:
-            ops.append(writer.Delete(card))
-    result = writer.commit(ops, actor=actor_of(request), reason=reason)
-    ids = [row.id for row in rows]
-    FactRevision.objects.filter(fact_id__in=ids).delete()
-    # A mirror row without a file (drift) goes too.
-    FactCard.objects.filter(id__in=ids).delete()
-    return max(len(result.deleted), len(ids))
+    try:
+        cards.revert(row, revision, actor=actor_of(request), reason=reason)
+    except (*CHANGE_ERRORS, cards.UnknownRevision) as exc:
+        return not_changed(request, row, exc)
+    return done(request, row, f"Reverted to revision {revision}.")
 
 
 @login_required
 @permission_required(ADMINISTER, raise_exception=True)
 @require_http_methods(["GET", "POST"])
-def fact_delete(request: HttpRequest, fact_id: str) -> HttpResponse:
+def fact_delete(request: HtmxHttpRequest, fact_id: str) -> HttpResponse:
     if request.method == "GET":
         row = fact_or_404(fact_id)
-        return render(request, "facts/delete.html", {"fact": row, "scope": scope_label(row), "form": DeleteForm()})
+        return render(
+            request, "dashboard/fact_delete.html", {"fact": row, "scope": scope_label(row), "form": DeleteForm()}
+        )
     row = fact_in_scope(request, fact_id)
     form = DeleteForm(request.POST)
     if not form.is_valid() or form.cleaned_data["confirm"].strip() != row.id:
         messages.error(request, "Type the fact id to confirm the deletion.")
         return redirect("fact_delete", fact_id=row.id)
-    reason = form.cleaned_data.get("reason", "")
-    erase(request, [row], reason=reason)
-    # The audit keeps that it happened and where, never the content.
-    audit(
-        request,
-        AuditEvent.Action.DELETE,
-        target=row.id,
-        user_id=row.user_id,
-        agent_name=row.agent_name,
-        reason=reason,
-        project_id=row.project_id,
-        key=row.key,
-    )
+    cards.delete_for_good([row], actor=actor_of(request), reason=form.cleaned_data.get("reason", ""))
     messages.success(request, f"{row.id} was deleted permanently.")
     return changed(redirect("fact_list"))

@@ -6,29 +6,30 @@ new threshold (an audited admin action), and what an agent was shown at a moment
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.db.models import Count, Q, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.forms import AgreementFilters, BacktestForm, InjectionsForm, ThresholdForm, day_end, day_start
-from dashboard.helpers import actor_of
+from dashboard.forms.common import day_end, day_start
+from dashboard.forms.reading import AgreementFilters, BacktestForm, InjectionsForm, ThresholdForm
+from dashboard.helpers import HtmxHttpRequest, actor_of, flash_errors
 from dashboard.views.review import filtered_candidates, with_reason
 from facts.access import ADMINISTER
-from facts.backtest import apply_threshold, backtest
 from facts.enums import HISTORY_SECTIONS, USER_SECTIONS
-from facts.gate import REASON_CODES
 from facts.injections import seen_at
+from facts.judging.backtest import apply_threshold, backtest
+from facts.judging.gate import REASON_CODES
+from facts.judging.runs import threshold_in_force
 from facts.models import Candidate, GateSettings, Injection
-from facts.runs import threshold_in_force
 
 # A backtest replays about 1,000 runs a second: the page stops at the latest ones
 # (`manage.py backtest` has no limit).
@@ -94,14 +95,14 @@ def agreement(data: dict[str, Any]) -> tuple[list[Agreement], list[Agreement]]:
         Agreement(
             row["agent_name"], row["overturned"], row["upheld"], row["open"], _links(data, agent=row["agent_name"])
         )
-        for row in rows.values("agent_name").annotate(**_COUNTS).order_by("agent_name")
+        for row in cast(list[dict[str, Any]], rows.values("agent_name").annotate(**_COUNTS).order_by("agent_name"))
     ]
     return by_reason, by_agent
 
 
 @require_GET
 @login_required
-def gate_overview(request: HttpRequest) -> HttpResponse:
+def gate_overview(request: HtmxHttpRequest) -> HttpResponse:
     form = AgreementFilters(request.GET)
     by_reason: list[Agreement] = []
     by_agent: list[Agreement] = []
@@ -118,13 +119,13 @@ def gate_overview(request: HttpRequest) -> HttpResponse:
         "can_apply": request.user.has_perm(ADMINISTER),
     }
     if request.htmx and request.htmx.target == "agreement":
-        return render(request, "facts/gate.html#agreement", ctx)
-    return render(request, "facts/gate.html", ctx)
+        return render(request, "dashboard/gate.html#agreement", ctx)
+    return render(request, "dashboard/gate.html", ctx)
 
 
 @require_GET
 @login_required
-def gate_backtest(request: HttpRequest) -> HttpResponse:
+def gate_backtest(request: HtmxHttpRequest) -> HttpResponse:
     """Replays only when the form changes a setting: the default answer would be zero flips."""
     form = BacktestForm(request.GET)
     report = None
@@ -150,16 +151,16 @@ def gate_backtest(request: HttpRequest) -> HttpResponse:
         ),
         "can_apply": request.user.has_perm(ADMINISTER),
     }
-    return render(request, "facts/backtest.html", ctx)
+    return render(request, "dashboard/backtest.html", ctx)
 
 
 @login_required
 @permission_required(ADMINISTER, raise_exception=True)
 @require_POST
-def gate_threshold(request: HttpRequest) -> HttpResponse:
+def gate_threshold(request: HtmxHttpRequest) -> HttpResponse:
     form = ThresholdForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "Not applied: " + " ".join(e for errs in form.errors.values() for e in errs))
+        flash_errors(request, "Not applied:", form, label=None)
         return redirect("gate_overview")
     before = apply_threshold(
         form.cleaned_data["threshold"], actor=actor_of(request), reason=form.cleaned_data["reason"]
@@ -173,7 +174,7 @@ def gate_threshold(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @login_required
-def injections(request: HttpRequest) -> HttpResponse:
+def injections(request: HtmxHttpRequest) -> HttpResponse:
     """What the agent saw at a moment, from the injection log and the card revisions."""
     form = InjectionsForm(request.GET or None)
     seen = searched = None
@@ -206,4 +207,4 @@ def injections(request: HttpRequest) -> HttpResponse:
         "at": at,
         "days": settings.MEMORY_INJECTION_LOG_DAYS,
     }
-    return render(request, "facts/injections.html", ctx)
+    return render(request, "dashboard/injections.html", ctx)

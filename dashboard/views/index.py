@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.forms import ReasonOnly
-from dashboard.helpers import audit
+from dashboard.forms.people import ReasonOnly
+from dashboard.helpers import HtmxHttpRequest, audit
 from dashboard.views.overview import index_health
 from facts.access import CURATE
 from facts.models import AuditEvent
@@ -21,19 +21,19 @@ from retrieval.models import IndexRebuild
 
 @require_GET
 @login_required
-def index_console(request: HttpRequest) -> HttpResponse:
+def index_console(request: HtmxHttpRequest) -> HttpResponse:
     ctx = {
         **index_health(),
         "rebuilds": IndexRebuild.objects.order_by("-created_at")[:10],
         "checks": DriftCheck.objects.order_by("-created_at").defer("report")[:10],
     }
-    return render(request, "memoryadmin/index.html", ctx)
+    return render(request, "dashboard/search_index.html", ctx)
 
 
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def index_check(request: HttpRequest) -> HttpResponse:
+def index_check(request: HtmxHttpRequest) -> HttpResponse:
     check = DriftCheck.objects.create(requested_by=request.user.get_username())
     try:
         tasks.check_drift.enqueue(check.pk)
@@ -45,7 +45,7 @@ def index_check(request: HttpRequest) -> HttpResponse:
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def index_rebuild(request: HttpRequest) -> HttpResponse:
+def index_rebuild(request: HtmxHttpRequest) -> HttpResponse:
     running = IndexRebuild.objects.filter(status__in=[IndexRebuild.Status.QUEUED, IndexRebuild.Status.RUNNING]).first()
     if running is not None:
         messages.info(request, "A rebuild is already under way.")
@@ -60,7 +60,7 @@ def index_rebuild(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @login_required
-def rebuild_progress(request: HttpRequest, pk: int) -> HttpResponse:
+def rebuild_progress(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     row = IndexRebuild.objects.filter(pk=pk).first()
     if row is None:
         raise Http404("no such rebuild")
@@ -72,5 +72,5 @@ def rebuild_progress(request: HttpRequest, pk: int) -> HttpResponse:
     )
     ctx = {"row": row, "finished": finished, "percent": percent}
     if request.htmx:
-        return render(request, "memoryadmin/rebuild.html#progress", ctx)
-    return render(request, "memoryadmin/rebuild.html", ctx)
+        return render(request, "dashboard/rebuild.html#progress", ctx)
+    return render(request, "dashboard/rebuild.html", ctx)

@@ -19,9 +19,9 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from dashboard.forms import day_start
+from dashboard.forms.common import day_start
 from facts.enums import CardStatus
-from facts.extraction import ModelStatus, describe_extractor, model_status
+from facts.judging.extraction import ModelStatus, describe_extractor, model_status
 from facts.models import AuditEvent, Candidate, ExtractionRun, FactCard, ProfileSection
 from memoryadmin.models import DriftCheck
 from retrieval.models import IndexRebuild
@@ -193,4 +193,4 @@ def overview(request: HttpRequest) -> HttpResponse:
         "extractor": describe_extractor(),
         "model": model_health(),
     }
-    return render(request, "memoryadmin/overview.html", ctx)
+    return render(request, "dashboard/overview.html", ctx)

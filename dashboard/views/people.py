@@ -17,7 +17,8 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from dashboard.forms import EraseForm, ForgetThreadForm, UserIdForm
+from dashboard.forms.common import UserIdForm
+from dashboard.forms.people import EraseForm, ForgetThreadForm
 from dashboard.helpers import actor_of, changed
 from dashboard.views.users import user_or_404
 from facts.access import ADMINISTER
@@ -25,8 +26,8 @@ from facts.erasure.guard import running_for
 from facts.erasure.plan import plan
 from facts.erasure.run import Report, erase
 from facts.erasure.scope import Scope
-from facts.errors import InvalidId, LockTimeout
 from facts.models import FactCard
+from facts.storage.errors import InvalidId, LockTimeout
 
 SHOWN_IDS = 50
 
@@ -77,7 +78,7 @@ def person_erase(request: HttpRequest) -> HttpResponse:
     person = UserIdForm({"user": data.get("user", "")})
     if not person.is_valid():
         # Nothing is erased and nothing audited for an id memory holds nothing about.
-        return render(request, "facts/no_person.html", {"form": person}, status=person.status)
+        return render(request, "dashboard/no_person.html", {"form": person}, status=person.status)
     try:
         scope = Scope.of(person.cleaned_data["user"])
     except InvalidId as exc:
@@ -85,9 +86,9 @@ def person_erase(request: HttpRequest) -> HttpResponse:
         return redirect("users_list")
     ctx = {"form": form, "scope": scope, "rows": _dry_run(scope), "running": running_for(scope.user_id)}
     if request.method == "GET":
-        return render(request, "facts/erase.html", ctx)
+        return render(request, "dashboard/erase.html", ctx)
     if not form.is_valid():
-        return render(request, "facts/erase.html", ctx, status=400)
+        return render(request, "dashboard/erase.html", ctx, status=400)
     report = _erase(request, scope)
     if report is None:
         return redirect(person_url(scope.user_id))
@@ -104,13 +105,13 @@ def forget_thread(request: HttpRequest) -> HttpResponse:
     form = ForgetThreadForm(data if data else None)
     if not form.is_valid():
         status = 200 if request.method == "GET" and not form.is_bound else 400
-        return render(request, "facts/forget.html", {"form": form, "rows": []}, status=status)
+        return render(request, "dashboard/forget.html", {"form": form, "rows": []}, status=status)
     clean = form.cleaned_data
     try:
         scope = Scope.of(clean["user"], clean["agent"], clean["thread"])
     except InvalidId as exc:
         form.add_error("user", str(exc))
-        return render(request, "facts/forget.html", {"form": form, "rows": []}, status=400)
+        return render(request, "dashboard/forget.html", {"form": form, "rows": []}, status=400)
     cards = list(
         FactCard.objects.filter(source_thread_id=scope.thread_id, user_id=scope.user_id, agent_name=scope.agent_name)
         .order_by("created_at")
@@ -118,12 +119,12 @@ def forget_thread(request: HttpRequest) -> HttpResponse:
     )
     ctx = {"form": form, "scope": scope, "cards": cards, "rows": _dry_run(scope)}
     if request.method == "GET":
-        return render(request, "facts/forget.html", ctx)
+        return render(request, "dashboard/forget.html", ctx)
     if not request.user.has_perm(ADMINISTER):
         raise PermissionDenied("Forgetting a conversation needs the admin role.")
     if (clean.get("confirm") or "").strip() != scope.thread_id:
         form.add_error("confirm", "Type the thread id to confirm.")
-        return render(request, "facts/forget.html", ctx, status=400)
+        return render(request, "dashboard/forget.html", ctx, status=400)
     report = _erase(request, scope)
     if report is None:
         query = {"user": scope.user_id, "agent": scope.agent_name, "thread": scope.thread_id}

@@ -8,15 +8,16 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count
-from django.http import HttpRequest, HttpResponse, QueryDict
+from django.http import HttpResponse, QueryDict
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from dashboard.forms import AgentSettingsForm, PreviewForm
+from dashboard.forms.reading import AgentSettingsForm, PreviewForm
+from dashboard.helpers import HtmxHttpRequest
 from dashboard.views.agents import saved_limits
 from facts.enums import CardStatus, Category
-from facts.errors import InvalidId
 from facts.models import FactCard
+from facts.storage.errors import InvalidId
 from retrieval import render as renderer
 
 # The renderer's reason codes as a curator reads them (the code itself stays in a title).
@@ -150,19 +151,19 @@ def preview_context(data: dict[str, Any]) -> dict[str, Any]:
 
 @require_GET
 @login_required
-def context_preview(request: HttpRequest) -> HttpResponse:
+def context_preview(request: HtmxHttpRequest) -> HttpResponse:
     data, note = completed_link(request.GET)
     form = PreviewForm(data, initial={k: v for k, v in request.GET.items() if k in ("user", "agent", "project")})
     ctx: dict[str, Any] = {"form": form, "picked_note": note}
     if form.is_bound and form.is_valid():
-        data = form.cleaned_data
-        current = saved_limits(data["agent"])
-        used = {k: data.get(k) if data.get(k) is not None else current[k] for k in current}
+        cleaned: dict[str, Any] = form.cleaned_data
+        current = saved_limits(cleaned["agent"])
+        used = {k: cleaned.get(k) if cleaned.get(k) is not None else current[k] for k in current}
         ctx["used"] = used
         ctx["saved"] = current
-        ctx["settings_form"] = AgentSettingsForm(initial={"agent": data["agent"], **used})
+        ctx["settings_form"] = AgentSettingsForm(initial={"agent": cleaned["agent"], **used})
         try:
-            ctx.update(preview_context(data))
+            ctx.update(preview_context(cleaned))
             rendered = ctx["rendered"]
             # The limits the renderer actually applied (it clamps and fills in defaults).
             if getattr(rendered, "budget", 0):
@@ -172,5 +173,5 @@ def context_preview(request: HttpRequest) -> HttpResponse:
     # The form asks for the whole page region (its errors and the result change together);
     # the result alone refreshes itself when facts change.
     if request.htmx and request.htmx.target == "preview-result":
-        return render(request, "retrieval/preview.html#result", ctx)
-    return render(request, "retrieval/preview.html", ctx)
+        return render(request, "dashboard/preview.html#result", ctx)
+    return render(request, "dashboard/preview.html", ctx)

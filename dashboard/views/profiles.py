@@ -1,4 +1,5 @@
-"""Profiles: every section of a user's memory.json, editable, with its history."""
+"""Profiles: every section of a user's memory.json, editable, with its history (the
+edit and the revert are `facts.curation.profiles`)."""
 
 from __future__ import annotations
 
@@ -15,17 +16,18 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.confirm import confirm_first
-from dashboard.forms import PageForm, ProfileForm, ProfileRevertForm, UserIdForm
-from dashboard.helpers import actor_of, audit, diff_lines, page_of
+from dashboard.forms.common import PageForm, UserIdForm
+from dashboard.forms.memory import ProfileForm, ProfileRevertForm
+from dashboard.helpers import actor_of, diff_lines, flash_errors, page_of
 from dashboard.labels import section_label
-from facts import writer
 from facts.access import CURATE
-from facts.cardfile import Source, now_utc
-from facts.enums import HISTORY_SECTIONS, PROFILE_SECTIONS, USER_SECTIONS, SourceKind
-from facts.errors import InvalidId, RevisionConflict
-from facts.models import AuditEvent, ProfileRevision, ProfileSection
-from facts.profilefile import Profile, Section
-from facts.store import get_store
+from facts.curation.cards import UnknownRevision
+from facts.curation.profiles import edit_profile, revert_profile, summaries, version_summaries
+from facts.enums import HISTORY_SECTIONS, PROFILE_SECTIONS, USER_SECTIONS
+from facts.models import ProfileRevision, ProfileSection
+from facts.storage.errors import InvalidId, RevisionConflict
+from facts.storage.profilefile import Profile, Section
+from facts.storage.store import get_store
 
 
 @dataclass
@@ -43,14 +45,6 @@ class ProfileVersion:
     reason: str
     created_at: datetime
     diffs: list[tuple[str, list[tuple[str, str]]]]
-
-
-def summaries(document: dict[str, Any]) -> dict[str, str]:
-    out = {}
-    for group in ("user", "history"):
-        for name, section in (document.get(group) or {}).items():
-            out[name] = (section or {}).get("summary", "") if isinstance(section, dict) else ""
-    return out
 
 
 def history_of(user_id: str) -> list[ProfileVersion]:
@@ -80,13 +74,13 @@ def profiles(request: HttpRequest) -> HttpResponse:
         paging = PageForm(request.GET)
         page = page_of(request, users, paging.cleaned_data.get("page") if paging.is_valid() else 1)
         status = pick.status if pick.is_bound else 200
-        return render(request, "facts/profiles.html", {"pick": pick, "page": page}, status=status)
+        return render(request, "dashboard/profiles.html", {"pick": pick, "page": page}, status=status)
     user_id = pick.cleaned_data["user"]
     try:
         profile = get_store().read_profile(user_id)
     except InvalidId as exc:
         pick.add_error("user", str(exc))
-        return render(request, "facts/profiles.html", {"pick": pick, "page": None}, status=400)
+        return render(request, "dashboard/profiles.html", {"pick": pick, "page": None}, status=400)
     initial = {name: profile.section(name).summary for name in PROFILE_SECTIONS}
     form = ProfileForm(initial={**initial, "user": user_id, "revision": profile.revision})
     return render_profile(request, pick, user_id, profile, form)
@@ -109,16 +103,7 @@ def render_profile(
         "user_sections": USER_SECTIONS,
         "history_sections": HISTORY_SECTIONS,
     }
-    return render(request, "facts/profile.html", ctx, status=status)
-
-
-def shown_at(user_id: str, revision: int) -> dict[str, str] | None:
-    """Each section's text as version `revision` had it ({} before the first), or None
-    when that version is not recorded."""
-    if revision == 0:
-        return {}
-    row = ProfileRevision.objects.filter(user_id=user_id, revision=revision).first()
-    return summaries(row.document) if row else None
+    return render(request, "dashboard/profile.html", ctx, status=status)
 
 
 @login_required
@@ -132,7 +117,7 @@ def profile_edit(request: HttpRequest) -> HttpResponse:
     form = ProfileForm(request.POST)
     pick = UserIdForm({"user": request.POST.get("user", "")})
     if not pick.is_valid():
-        messages.error(request, "Not saved: " + " ".join(pick.errors["user"]))
+        flash_errors(request, "Not saved:", pick, label=None)
         return redirect("profiles")
     user_id = pick.cleaned_data["user"]
     page = reverse("profiles") + "?" + urlencode({"user": user_id})
@@ -142,49 +127,26 @@ def profile_edit(request: HttpRequest) -> HttpResponse:
         messages.error(request, f"Not saved: {exc}")
         return redirect("profiles")
     if not form.is_valid():
-        messages.error(
-            request, "Not saved: " + "; ".join(f"{section_label(k)}: {' '.join(v)}" for k, v in form.errors.items())
-        )
+        flash_errors(request, "Not saved:", form, label=section_label)
         return render_profile(request, pick, user_id, current, form, status=400)
     data = form.cleaned_data
-    reason = data.get("reason", "")
-    actor = actor_of(request)
     # A section the request does not name is left as it is (a browser sends every box;
     # a script sending one section must not blank the others).
     typed = {name: data[name] for name in PROFILE_SECTIONS if name in request.POST}
-    changed: list[str] = []
-
-    def change(profile: Profile) -> Profile:
-        changed.clear()
-        for name, text in typed.items():
-            if profile.section(name).summary.strip() == text.strip():
-                continue
-            source = Source(kind=SourceKind.MANUAL, actor=actor)
-            profile.set_section(name, Section(summary=text, updated_at=now_utc(), source=source))
-            changed.append(name)
-        return profile
-
     try:
-        updated = writer.commit_profile(user_id, change, actor=actor, reason=reason, expected_revision=data["revision"])
+        edit = edit_profile(
+            user_id, typed, actor=actor_of(request), reason=data.get("reason", ""), expected_revision=data["revision"]
+        )
     except RevisionConflict:
         return conflict(request, pick, user_id, typed, data)
     except InvalidId as exc:
         messages.error(request, f"Not saved: {exc}")
         return redirect("profiles")
-    if updated.revision == data["revision"] or not changed:
+    if not edit.sections:
         messages.info(request, "Nothing changed.")
         return redirect(page)
-    for name in changed:
-        audit(
-            request,
-            AuditEvent.Action.PROFILE_EDIT,
-            target=name,
-            user_id=user_id,
-            reason=reason,
-            revision=updated.revision,
-        )
-    words = ", ".join(section_label(name) for name in changed)
-    messages.success(request, f"Saved {words} (profile revision {updated.revision}).")
+    words = ", ".join(section_label(name) for name in edit.sections)
+    messages.success(request, f"Saved {words} (profile revision {edit.profile.revision}).")
     return redirect(page)
 
 
@@ -195,7 +157,7 @@ def conflict(
     version, keeping what the curator typed in the sections they changed and taking the
     new text in the others, so saving again overwrites nobody by accident."""
     current = get_store().read_profile(user_id)
-    shown = shown_at(user_id, data["revision"])
+    shown = version_summaries(user_id, data["revision"])
     merged, both = {}, []
     for name, text in typed.items():
         now = current.section(name).summary
@@ -228,11 +190,10 @@ def profile_revert(request: HttpRequest) -> HttpResponse:
     data = form.cleaned_data
     user_id = data["user"]
     page = reverse("profiles") + "?" + urlencode({"user": user_id})
-    target = ProfileRevision.objects.filter(user_id=user_id, revision=data["revision"]).first()
-    if target is None:
+    old = version_summaries(user_id, data["revision"]) if data["revision"] else None
+    if old is None:
         messages.error(request, f"Not reverted: {user_id} has no version {data['revision']}.")
         return redirect(page)
-    old = summaries(target.document)
     try:
         current = get_store().read_profile(user_id)
     except InvalidId as exc:
@@ -242,43 +203,29 @@ def profile_revert(request: HttpRequest) -> HttpResponse:
     diffs = [
         (name, diff_lines(now[name], old.get(name, ""))) for name in PROFILE_SECTIONS if now[name] != old.get(name, "")
     ]
+    version = data["revision"]
     asked = confirm_first(
         request,
-        question=f"Revert {user_id}'s profile to version {target.revision}?",
-        button=f"Revert to version {target.revision}",
+        question=f"Revert {user_id}'s profile to version {version}?",
+        button=f"Revert to version {version}",
         cancel=page,
         extra={"diffs": diffs},
     )
     if asked:
         return asked
-    actor = actor_of(request)
-    reason = data.get("reason") or f"revert to version {target.revision}"
-
-    def change(profile: Profile) -> Profile:
-        for name in PROFILE_SECTIONS:
-            text = old.get(name, "")
-            if profile.section(name).summary != text:
-                source = Source(kind=SourceKind.MANUAL, actor=actor)
-                profile.set_section(name, Section(summary=text, updated_at=now_utc(), source=source))
-        return profile
-
+    reason = data.get("reason") or f"revert to version {version}"
     try:
-        updated = writer.commit_profile(user_id, change, actor=actor, reason=reason, expected_revision=data["current"])
+        reverted = revert_profile(
+            user_id, version, actor=actor_of(request), reason=reason, expected_revision=data["current"]
+        )
     except RevisionConflict:
         messages.error(request, "Not reverted: the profile changed since you opened it. Look at it again.")
         return redirect(page)
-    if updated.revision == data["current"]:
-        messages.info(request, f"Nothing to revert: the text is already that of version {target.revision}.")
+    except UnknownRevision:
+        messages.error(request, f"Not reverted: {user_id} has no version {version}.")
         return redirect(page)
-    audit(
-        request,
-        AuditEvent.Action.REVERT,
-        target=f"profile:{user_id}",
-        user_id=user_id,
-        reason=reason,
-        to_revision=target.revision,
-        revision=updated.revision,
-        sections=[name for name, _ in diffs],
-    )
-    messages.success(request, f"Reverted to version {target.revision} (written as revision {updated.revision}).")
+    if not reverted.sections:
+        messages.info(request, f"Nothing to revert: the text is already that of version {version}.")
+        return redirect(page)
+    messages.success(request, f"Reverted to version {version} (written as revision {reverted.profile.revision}).")
     return redirect(page)

@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.forms import ProjectsFilter, ProjectTenancyForm
+from dashboard.forms.people import ProjectsFilter, ProjectTenancyForm
 from dashboard.helpers import actor_of, page_of, query_without_page
 from facts import tenancy
 from facts.access import ADMINISTER
@@ -27,7 +27,7 @@ def _page(request: HttpRequest, form: ProjectTenancyForm | None = None, status: 
         "form": form or ProjectTenancyForm(),
         "separator": tenancy.separator(),
     }
-    return render(request, "facts/projects.html", ctx, status=status)
+    return render(request, "dashboard/projects.html", ctx, status=status)
 
 
 @require_GET

@@ -1,5 +1,6 @@
 """The review queue: candidates with their verdicts, evidence in its conversation, and
-the reviewer's approve / correct-and-approve / dismiss (single and bulk)."""
+the reviewer's approve / correct-and-approve / dismiss (single and bulk). The decisions,
+and which candidates may be reviewed, are `facts.curation.review`."""
 
 from __future__ import annotations
 
@@ -10,32 +11,31 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.db import connection
-from django.db.models import Q, QuerySet
-from django.http import Http404, HttpRequest, HttpResponse
+from django.db.models import QuerySet
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from dashboard.forms import (
-    ApproveForm,
-    BulkForm,
-    CandidateFilters,
-    DismissForm,
-    RestoreForm,
-    SelectedForm,
-    day_end,
-    day_start,
-)
-from dashboard.helpers import actor_of, changed, page_of, query_without_page, said_at_of
+from dashboard.forms.common import day_end, day_start
+from dashboard.forms.memory import ApproveForm, BulkForm, CandidateFilters, DismissForm, RestoreForm, SelectedForm
+from dashboard.helpers import HtmxHttpRequest, actor_of, changed, flash_errors, page_of, query_without_page, said_at_of
 from dashboard.labels import REASON_HELP
 from dashboard.views.overview import open_candidates
 from facts.access import CURATE
+from facts.curation.review import (
+    REVIEWABLE,
+    apply_candidate,
+    dismiss_candidate,
+    is_reviewable,
+    not_reviewable_reason,
+    restore_candidate,
+)
 from facts.enums import CardStatus
-from facts.errors import LockTimeout, RevisionConflict
 from facts.models import Candidate, FactCard
-from facts.review import apply_candidate, dismiss_candidate, restore_candidate
+from facts.storage.errors import LockTimeout, RevisionConflict
 
 BULK_LIMIT = 500
 REVIEWED = (Candidate.ReviewState.APPROVED, Candidate.ReviewState.DISMISSED)
@@ -86,7 +86,7 @@ def filtered_candidates(data: dict[str, Any]) -> QuerySet[Candidate]:
 
 @require_GET
 @login_required
-def review_queue(request: HttpRequest) -> HttpResponse:
+def review_queue(request: HtmxHttpRequest) -> HttpResponse:
     form = CandidateFilters(request.GET)
     if form.is_valid():
         rows = filtered_candidates(form.cleaned_data)
@@ -103,15 +103,15 @@ def review_queue(request: HttpRequest) -> HttpResponse:
         "reason_help": list(REASON_HELP.items()),
     }
     if request.htmx and request.htmx.target == "candidate-rows":
-        return render(request, "facts/review_queue.html#rows", ctx)
-    return render(request, "facts/review_queue.html", ctx)
+        return render(request, "dashboard/review_queue.html#rows", ctx)
+    return render(request, "dashboard/review_queue.html", ctx)
 
 
 @require_GET
 @login_required
-def open_count(request: HttpRequest) -> HttpResponse:
+def open_count(request: HtmxHttpRequest) -> HttpResponse:
     """The badge in the navigation; refreshed by the `candidatesChanged` event."""
-    return render(request, "facts/review_queue.html#badge", {"open_count": open_candidates().count()})
+    return render(request, "dashboard/review_queue.html#badge", {"open_count": open_candidates().count()})
 
 
 @dataclass
@@ -154,7 +154,7 @@ def conversation(candidate: Candidate) -> tuple[list[ConversationRow], bool]:
 
 def existing_card(candidate: Candidate) -> FactCard | None:
     """The live card of the same key in the candidate's bucket: what approval would
-    replace (unless that card was said after the candidate: `facts.plan.Plan.add_fact`)."""
+    replace (unless that card was said after the candidate: `facts.judging.plan.Plan.add_fact`)."""
     if candidate.kind != Candidate.Kind.FACT or not candidate.key:
         return None
     rows = FactCard.objects.filter(key=candidate.key, status=CardStatus.ACTIVE)
@@ -174,7 +174,7 @@ def candidate_or_404(pk: int) -> Candidate:
 
 @require_GET
 @login_required
-def candidate_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def candidate_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     candidate = candidate_or_404(pk)
     rows, found = conversation(candidate)
     initial = {
@@ -192,53 +192,37 @@ def candidate_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "dismiss_form": DismissForm(),
         "reviewable": is_reviewable(candidate),
     }
-    return render(request, "facts/candidate.html", ctx)
+    return render(request, "dashboard/candidate.html", ctx)
 
 
-def is_reviewable(candidate: Candidate) -> bool:
-    return candidate.review_state == Candidate.ReviewState.PENDING or (
-        candidate.verdict == Candidate.Verdict.REJECTED and candidate.review_state == Candidate.ReviewState.NONE
-    )
-
-
-REVIEWABLE = Q(review_state=Candidate.ReviewState.PENDING) | Q(
-    verdict=Candidate.Verdict.REJECTED, review_state=Candidate.ReviewState.NONE
-)
-
-
-def not_reviewable_reason(candidate: Candidate) -> str:
-    """Why approve/dismiss is refused, in the same words as the candidate's badge."""
-    if candidate.review_state == Candidate.ReviewState.NONE:
-        return "The gate accepted this candidate and wrote it already: there is nothing to approve or dismiss."
-    return f"This candidate was already {candidate.review_state} by a reviewer."
-
-
-def back(request: HttpRequest, default: str) -> str:
+def back(request: HtmxHttpRequest, default: str) -> str:
     target = request.POST.get("next", "")
     if target and url_has_allowed_host_and_scheme(target, {request.get_host()}):
         return target
     return default
 
 
-def approve_one(request: HttpRequest, candidate: Candidate, note: str, overrides: dict[str, Any] | None) -> str | None:
+def approve_one(
+    request: HtmxHttpRequest, candidate: Candidate, note: str, overrides: dict[str, Any] | None
+) -> str | None:
     """The gate writes the card, records the review and the audit event."""
     return apply_candidate(candidate, actor=actor_of(request), note=note, overrides=overrides or None)
 
 
-def dismiss_one(request: HttpRequest, candidate: Candidate, note: str) -> None:
+def dismiss_one(request: HtmxHttpRequest, candidate: Candidate, note: str) -> None:
     dismiss_candidate(candidate, actor=actor_of(request), note=note)
 
 
-def to_page(request: HttpRequest, url: str) -> HttpResponse:
+def to_page(request: HtmxHttpRequest, url: str) -> HttpResponse:
     """Where an action that could not be done sends the reviewer: the candidate's page
     (with htmx, a full navigation, so the page does not land inside a table row)."""
     return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
 
 
-def row_response(request: HttpRequest, candidate: Candidate, default: str) -> HttpResponse:
+def row_response(request: HtmxHttpRequest, candidate: Candidate, default: str) -> HttpResponse:
     if request.htmx:
         candidate = candidate_or_404(candidate.pk)
-        response = render(request, "facts/review_queue.html#row", {"c": candidate, "next": back(request, default)})
+        response = render(request, "dashboard/review_queue.html#row", {"c": candidate, "next": back(request, default)})
         return changed(changed(response, "candidatesChanged"), "factsChanged")
     return redirect(back(request, default))
 
@@ -246,7 +230,7 @@ def row_response(request: HttpRequest, candidate: Candidate, default: str) -> Ht
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def candidate_approve(request: HttpRequest, pk: int) -> HttpResponse:
+def candidate_approve(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     candidate = candidate_or_404(pk)
     detail = reverse("candidate_detail", args=[pk])
     if not is_reviewable(candidate):
@@ -273,7 +257,7 @@ def candidate_approve(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def candidate_dismiss(request: HttpRequest, pk: int) -> HttpResponse:
+def candidate_dismiss(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     candidate = candidate_or_404(pk)
     detail = reverse("candidate_detail", args=[pk])
     if not is_reviewable(candidate):
@@ -292,7 +276,7 @@ def candidate_dismiss(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def candidates_restore(request: HttpRequest) -> HttpResponse:
+def candidates_restore(request: HtmxHttpRequest) -> HttpResponse:
     """Undo dismissals: the candidates wait for review again (each audited as a restore)."""
     form = RestoreForm(request.POST)
     if not form.is_valid():
@@ -314,12 +298,12 @@ def candidates_restore(request: HttpRequest) -> HttpResponse:
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def selected_review(request: HttpRequest) -> HttpResponse:
+def selected_review(request: HtmxHttpRequest) -> HttpResponse:
     """Approve or dismiss the rows ticked in the queue (only those still open)."""
     form = SelectedForm(request.POST)
     queue = back(request, reverse("review_queue"))
     if not form.is_valid():
-        messages.error(request, "Nothing done: " + " ".join(e for errors in form.errors.values() for e in errors))
+        flash_errors(request, "Nothing done:", form, label=None)
         return redirect(queue)
     data = form.cleaned_data
     rows = list(Candidate.objects.filter(REVIEWABLE, pk__in=data["ids"]).select_related("run").order_by("pk"))
@@ -345,24 +329,26 @@ def selected_review(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @permission_required(CURATE, raise_exception=True)
-def bulk_review(request: HttpRequest) -> HttpResponse:
+def bulk_review(request: HtmxHttpRequest) -> HttpResponse:
     """GET: a dry run (how many would be approved or dismissed). POST with the count the
     reviewer saw: do it, unless the queue changed in between."""
     form = BulkForm(request.POST if request.method == "POST" else request.GET)
     if not form.is_valid():
-        return render(request, "facts/bulk.html", {"form": form, "count": None}, status=400)
+        return render(request, "dashboard/bulk.html", {"form": form, "count": None}, status=400)
     data = form.cleaned_data
     rows = filtered_candidates({**data, "state": data.get("state") or "open"})
     rows = rows.filter(REVIEWABLE)
     count = rows.count()
     if request.method != "POST" or not data.get("confirm"):
         sample = list(rows[:10])
-        return render(request, "facts/bulk.html", {"form": form, "count": count, "sample": sample, "limit": BULK_LIMIT})
+        return render(
+            request, "dashboard/bulk.html", {"form": form, "count": count, "sample": sample, "limit": BULK_LIMIT}
+        )
     if data.get("expected") != count:
         messages.error(request, f"The queue changed: {count} candidate(s) match now. Check the dry run again.")
         return render(
             request,
-            "facts/bulk.html",
+            "dashboard/bulk.html",
             {
                 "form": BulkForm(initial={**data, "confirm": False}),
                 "count": count,

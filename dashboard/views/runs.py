@@ -10,15 +10,16 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.db.models import Count, Q
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.forms import RetryForm, RunFilters
-from dashboard.helpers import audit, page_of, query_without_page
+from dashboard.forms.people import RetryForm
+from dashboard.forms.reading import RunFilters
+from dashboard.helpers import HtmxHttpRequest, audit, page_of, query_without_page
 from facts import tasks
 from facts.access import CURATE
-from facts.extraction import EXTRACTION_RULES, RULES_VERSION
+from facts.judging.extraction import EXTRACTION_RULES, RULES_VERSION
 from facts.models import AuditEvent, Candidate, ExtractionRun, FactCard, Turn
 
 PAGE_SIZE = 50
@@ -33,7 +34,7 @@ def _run_or_404(pk: int) -> ExtractionRun:
 
 @require_GET
 @login_required
-def runs_list(request: HttpRequest) -> HttpResponse:
+def runs_list(request: HtmxHttpRequest) -> HttpResponse:
     form = RunFilters(request.GET)
     runs = ExtractionRun.objects.defer("filtered_rows", "request", "raw_output").order_by("-started_at", "-pk")
     number = None
@@ -64,8 +65,8 @@ def runs_list(request: HttpRequest) -> HttpResponse:
         run.verdicts = by_run.get(run.pk, {})
     ctx = {"form": form, "page": page, "query": query_without_page(request.GET)}
     if request.htmx and request.htmx.target == "run-rows":
-        return render(request, "facts/runs.html#rows", ctx)
-    return render(request, "facts/runs.html", ctx)
+        return render(request, "dashboard/runs.html#rows", ctx)
+    return render(request, "dashboard/runs.html", ctx)
 
 
 def _pretty(value: Any) -> str:
@@ -91,7 +92,7 @@ def _sent(run: ExtractionRun) -> dict[str, Any] | None:
 
 @require_GET
 @login_required
-def runs_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def runs_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     run = _run_or_404(pk)
     turns = Turn.objects.filter(Q(run=run) | Q(claimed_by=run.claimed_by) if run.claimed_by else Q(run=run)).defer(
         "messages"
@@ -113,13 +114,13 @@ def runs_detail(request: HttpRequest, pk: int) -> HttpResponse:
         .first(),
         "retry_form": RetryForm(),
     }
-    return render(request, "facts/run.html", ctx)
+    return render(request, "dashboard/run.html", ctx)
 
 
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def runs_retry(request: HttpRequest, pk: int) -> HttpResponse:
+def runs_retry(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     run = _run_or_404(pk)
     form = RetryForm(request.POST)
     form.is_valid()

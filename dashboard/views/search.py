@@ -9,14 +9,15 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.forms import GoldenCheckForm, GoldenForm, SearchForm
+from dashboard.forms.reading import GoldenCheckForm, GoldenForm, SearchForm
+from dashboard.helpers import HtmxHttpRequest, flash_errors
 from facts.access import CURATE
-from facts.errors import InvalidId
+from facts.storage.errors import InvalidId
 from retrieval import search as searcher
 from retrieval.golden import check_golden
 from retrieval.models import GoldenQuery
@@ -34,7 +35,7 @@ def run_search(data: dict[str, Any], limit: int | None = None) -> list[Any]:
 
 @require_GET
 @login_required
-def search_playground(request: HttpRequest) -> HttpResponse:
+def search_playground(request: HtmxHttpRequest) -> HttpResponse:
     form = SearchForm(request.GET if "q" in request.GET else None)
     ctx: dict[str, Any] = {"form": form}
     agent = ""
@@ -50,17 +51,17 @@ def search_playground(request: HttpRequest) -> HttpResponse:
         golden = golden.filter(agent_name=agent)
     ctx["golden"] = golden[:200]
     if request.htmx and request.htmx.target == "search-result":
-        return render(request, "retrieval/search.html#result", ctx)
-    return render(request, "retrieval/search.html", ctx)
+        return render(request, "dashboard/search.html#result", ctx)
+    return render(request, "dashboard/search.html", ctx)
 
 
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def golden_save(request: HttpRequest) -> HttpResponse:
+def golden_save(request: HtmxHttpRequest) -> HttpResponse:
     form = GoldenForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "Not saved: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+        flash_errors(request, "Not saved:", form)
         return redirect("search_playground")
     data = form.cleaned_data
     golden = GoldenQuery.objects.create(
@@ -69,7 +70,7 @@ def golden_save(request: HttpRequest) -> HttpResponse:
         project_id=data.get("project", ""),
         query=data["q"],
         expected_ids=data["expected"],
-        created_by=request.user,
+        created_by=request.user if request.user.is_authenticated else None,
     )
     messages.success(request, f"Saved “{golden.query}” as a golden query of {golden.agent_name}.")
     query = urlencode(
@@ -81,11 +82,11 @@ def golden_save(request: HttpRequest) -> HttpResponse:
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def golden_check(request: HttpRequest) -> HttpResponse:
+def golden_check(request: HtmxHttpRequest) -> HttpResponse:
     """Re-check one golden query (`pk` in the form) or every golden query of an agent."""
     form = GoldenCheckForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "Nothing checked: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+        flash_errors(request, "Nothing checked:", form)
         return redirect("search_playground")
     rows = GoldenQuery.objects.all()
     if form.cleaned_data.get("pk"):
@@ -107,7 +108,7 @@ def golden_check(request: HttpRequest) -> HttpResponse:
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def golden_delete(request: HttpRequest, pk: int) -> HttpResponse:
+def golden_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     golden = GoldenQuery.objects.filter(pk=pk).first()
     if golden is None:
         raise Http404("no such golden query")

@@ -29,7 +29,7 @@ from django.urls import reverse, reverse_lazy
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.forms import AccountForm, AccountStateForm, RoleForm
+from dashboard.forms.people import AccountForm, AccountStateForm, RoleForm
 from dashboard.helpers import actor_of, audit
 from facts.access import ROLES, ensure_roles
 from facts.models import AuditEvent
@@ -85,7 +85,8 @@ class SetPasswordView(auth_views.PasswordResetConfirmView):
 
     def form_valid(self, form: Any) -> HttpResponse:
         response = super().form_valid(form)
-        accounts.used(self.user)
+        if self.user is not None:  # a valid link names its account
+            accounts.used(self.user)
         return response
 
 
@@ -119,7 +120,7 @@ def _page(
         "issued": link,
         "linked": linked,
     }
-    return render(request, "memoryadmin/team.html", ctx, status=status)
+    return render(request, "dashboard/team.html", ctx, status=status)
 
 
 @login_required

@@ -8,15 +8,17 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.db.models import OuterRef, Q, QuerySet, Subquery
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.forms import PageForm, RetryForm
-from dashboard.helpers import audit, changed, page_of
-from facts import claims, tasks
+from dashboard.forms.common import PageForm
+from dashboard.forms.people import RetryForm
+from dashboard.helpers import HtmxHttpRequest, audit, changed, page_of
+from facts import tasks
 from facts.access import CURATE
+from facts.intake import claims
 from facts.models import AuditEvent, ExtractionRun, Turn
 
 PAGE_SIZE = 50
@@ -38,40 +40,40 @@ def problem_turns() -> QuerySet[Turn]:
     )
 
 
-def _context(request: HttpRequest) -> dict[str, Any]:
+def _context(request: HtmxHttpRequest) -> dict[str, Any]:
     form = PageForm(request.GET)
     number = form.cleaned_data.get("page") if form.is_valid() else None
     return {"page": page_of(request, problem_turns(), number, PAGE_SIZE), "query": ""}
 
 
-def _answer(request: HttpRequest) -> HttpResponse:
+def _answer(request: HtmxHttpRequest) -> HttpResponse:
     """htmx: the refreshed table (and a `turnsChanged` event); otherwise back to the page."""
     if request.htmx:
-        response = render(request, "facts/turns.html#rows", _context(request))
+        response = render(request, "dashboard/turns.html#rows", _context(request))
         return changed(response, "turnsChanged")
     return redirect("turn_problems")
 
 
 @require_GET
 @login_required
-def turn_problems(request: HttpRequest) -> HttpResponse:
+def turn_problems(request: HtmxHttpRequest) -> HttpResponse:
     ctx = _context(request)
     if request.htmx and request.htmx.target == "turn-rows":
-        return render(request, "facts/turns.html#rows", ctx)
-    return render(request, "facts/turns.html", ctx)
+        return render(request, "dashboard/turns.html#rows", ctx)
+    return render(request, "dashboard/turns.html", ctx)
 
 
 @require_GET
 @login_required
-def turn_badge(request: HttpRequest) -> HttpResponse:
+def turn_badge(request: HtmxHttpRequest) -> HttpResponse:
     """The count in the navigation; refreshed by the `turnsChanged` event."""
-    return render(request, "facts/turns.html#badge", {"problem_count": problem_turns().count()})
+    return render(request, "dashboard/turns.html#badge", {"problem_count": problem_turns().count()})
 
 
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def turn_retry(request: HttpRequest, pk: int) -> HttpResponse:
+def turn_retry(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     turn = Turn.objects.filter(pk=pk).defer("messages").first()
     if turn is None:
         raise Http404("no such turn")
@@ -98,7 +100,7 @@ def turn_retry(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
-def turn_retry_all(request: HttpRequest) -> HttpResponse:
+def turn_retry_all(request: HtmxHttpRequest) -> HttpResponse:
     form = RetryForm(request.POST)
     form.is_valid()
     ids = list(problem_turns().values_list("pk", flat=True))

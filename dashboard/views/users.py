@@ -14,20 +14,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import groupby
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Max, Min, Q
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET
 
-from dashboard.forms import PickForm, UsersFilter
-from dashboard.helpers import page_of, query_without_page
+from dashboard.forms.people import PickForm, UsersFilter
+from dashboard.helpers import HtmxHttpRequest, page_of, query_without_page
 from facts.enums import CardStatus
 from facts.erasure.guard import running_for
+from facts.intake.people import PersonError, person_id
 from facts.models import (
     AuditEvent,
     Candidate,
@@ -38,7 +39,6 @@ from facts.models import (
     ProfileSection,
     Turn,
 )
-from facts.people import PersonError, person_id
 
 RECENT = 20
 SHOWN_FACTS = 500
@@ -67,7 +67,7 @@ def _user_rows(q: str) -> list[UserRow]:
     def row(user_id: str) -> UserRow:
         return rows.setdefault(user_id, UserRow(user_id))
 
-    for r in (
+    for counts in (
         FactCard.objects.filter(match)
         .exclude(user_id="")
         .values("user_id")
@@ -78,47 +78,47 @@ def _user_rows(q: str) -> list[UserRow]:
         )
         .order_by()
     ):
-        target = row(r["user_id"])
-        target.active, target.expired = r["active"], r["expired"]
-        target.seen(r["last"])
-    for r in (
+        target = row(counts["user_id"])
+        target.active, target.expired = counts["active"], counts["expired"]
+        target.seen(counts["last"])
+    for waiting in (
         Candidate.objects.filter(match)
         .values("user_id")
         .annotate(pending=Count("id", filter=Q(review_state=Candidate.ReviewState.PENDING)), last=Max("created_at"))
         .order_by()
     ):
-        target = row(r["user_id"])
-        target.pending = r["pending"]
-        target.seen(r["last"])
+        target = row(waiting["user_id"])
+        target.pending = waiting["pending"]
+        target.seen(waiting["last"])
     # Thread ids are chosen by each agent, so a thread is an (agent, thread) pair.
     threads: dict[str, set[tuple[str, str]]] = {}
-    for r in (
+    for turn in (
         Turn.objects.filter(match)
         .values("user_id", "agent_name", "thread_id")
         .annotate(last=Max("received_at"))
         .order_by()
     ):
-        threads.setdefault(r["user_id"], set()).add((r["agent_name"], r["thread_id"]))
-        row(r["user_id"]).seen(r["last"])
+        threads.setdefault(turn["user_id"], set()).add((turn["agent_name"], turn["thread_id"]))
+        row(turn["user_id"]).seen(turn["last"])
     for user_id, pairs in threads.items():
         rows[user_id].threads = len(pairs)
-    for r in ProfileSection.objects.filter(match).values("user_id").annotate(last=Max("updated_at")).order_by():
-        row(r["user_id"]).seen(r["last"])
+    for section in ProfileSection.objects.filter(match).values("user_id").annotate(last=Max("updated_at")).order_by():
+        row(section["user_id"]).seen(section["last"])
     # Most recently active first; people with no dated activity last, by id.
     return sorted(rows.values(), key=lambda r: (r.last is None, -(r.last.timestamp() if r.last else 0), r.user_id))
 
 
 @require_GET
 @login_required
-def users_list(request: HttpRequest) -> HttpResponse:
+def users_list(request: HtmxHttpRequest) -> HttpResponse:
     """Everyone memory holds something about, with what is held and when they were last seen."""
     form = UsersFilter(request.GET)
     data = form.cleaned_data if form.is_valid() else {}
     rows = _user_rows(data.get("q") or "")
     ctx = {"form": form, "page": page_of(request, rows, data.get("page")), "query": query_without_page(data)}
     if request.htmx and request.htmx.target == "user-rows":
-        return render(request, "facts/users.html#rows", ctx)
-    return render(request, "facts/users.html", ctx)
+        return render(request, "dashboard/users.html#rows", ctx)
+    return render(request, "dashboard/users.html", ctx)
 
 
 def user_or_404(user_id: str) -> str:
@@ -165,11 +165,14 @@ def _fact_groups(user_id: str, projects: list[str]) -> tuple[list[FactGroup], bo
 
 
 def _threads(user_id: str) -> list[dict[str, Any]]:
-    threads = list(
-        Turn.objects.filter(user_id=user_id)
-        .values("agent_name", "thread_id")
-        .annotate(turns=Count("id"), last=Max("received_at"))
-        .order_by("-last")[:200]
+    threads = cast(
+        list[dict[str, Any]],
+        list(
+            Turn.objects.filter(user_id=user_id)
+            .values("agent_name", "thread_id")
+            .annotate(turns=Count("id"), last=Max("received_at"))
+            .order_by("-last")[:200]
+        ),
     )
     per_thread = {
         (r["agent_name"], r["source_thread_id"]): r["n"]
@@ -195,10 +198,13 @@ def run_url(pk: int, first_candidate: int | None) -> str:
 
 
 def _runs(user_id: str) -> list[dict[str, Any]]:
-    runs = list(
-        ExtractionRun.objects.filter(user_id=user_id)
-        .order_by("-started_at", "-pk")
-        .values("pk", "agent_name", "thread_id", "status", "started_at", "error")[:RECENT]
+    runs = cast(
+        list[dict[str, Any]],
+        list(
+            ExtractionRun.objects.filter(user_id=user_id)
+            .order_by("-started_at", "-pk")
+            .values("pk", "agent_name", "thread_id", "status", "started_at", "error")[:RECENT]
+        ),
     )
     firsts = dict(
         Candidate.objects.filter(run_id__in=[r["pk"] for r in runs])
@@ -213,7 +219,7 @@ def _runs(user_id: str) -> list[dict[str, Any]]:
 
 @require_GET
 @login_required
-def users_detail(request: HttpRequest, user_id: str) -> HttpResponse:
+def users_detail(request: HtmxHttpRequest, user_id: str) -> HttpResponse:
     """One person: everything held about them and what was done about it."""
     user_id = user_or_404(user_id)
     projects = sorted(
@@ -244,7 +250,7 @@ def users_detail(request: HttpRequest, user_id: str) -> HttpResponse:
         .order_by("-served_at", "-pk")[:RECENT],
         "injection_days": settings.MEMORY_INJECTION_LOG_DAYS,
     }
-    return render(request, "facts/user.html", ctx)
+    return render(request, "dashboard/user.html", ctx)
 
 
 # --- pickers ------------------------------------------------------------------------------
@@ -264,17 +270,17 @@ def _matching(field: str, q: str, models: tuple[Any, ...]) -> list[str]:
 
 @require_GET
 @login_required
-def pick_users(request: HttpRequest) -> HttpResponse:
+def pick_users(request: HtmxHttpRequest) -> HttpResponse:
     """Options for a user field. Every dashboard role may see every person, so the
     scope is "signed in"; anonymous requests go to the login page like every page."""
     q = PickForm.of(request.GET, "user")
     options = _matching("user_id", q, (FactCard, Turn, ProfileSection, Candidate))
-    return render(request, "facts/users.html#options", {"options": options})
+    return render(request, "dashboard/users.html#options", {"options": options})
 
 
 @require_GET
 @login_required
-def pick_agents(request: HttpRequest) -> HttpResponse:
+def pick_agents(request: HtmxHttpRequest) -> HttpResponse:
     q = PickForm.of(request.GET, "agent")
     options = _matching("agent_name", q, (FactCard, Turn, Candidate))
-    return render(request, "facts/users.html#options", {"options": options})
+    return render(request, "dashboard/users.html#options", {"options": options})

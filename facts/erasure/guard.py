@@ -12,12 +12,12 @@ from collections.abc import Iterable, Sequence
 
 from django.db import connection
 
-from ..cardfile import Card
-from ..models import (
+from facts.erasure.scope import scope_of
+from facts.models import (
     Erasure,
     ExtractionRun,
 )
-from .scope import scope_of
+from facts.storage.cardfile import Card
 
 
 class ErasureInProgress(Exception):
@@ -82,7 +82,7 @@ def refuse_cards(cards: Sequence[Card]) -> None:
     markers = _running(users)
     if markers:
         raise ErasureInProgress(markers[0].user_id)
-    run_ids = [int(c.source.run_id) for c in cards if c.user_id is None and (c.source.run_id or "").isdigit()]
+    run_ids = [int(run_id) for c in cards if c.user_id is None and (run_id := c.source.run_id or "").isdigit()]
     if run_ids:
         owners = set(ExtractionRun.objects.filter(pk__in=run_ids).values_list("user_id", flat=True))
         markers = _running(owners)

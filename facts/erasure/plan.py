@@ -15,9 +15,8 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Q, QuerySet
 
-from ..cardfile import Card
-from ..errors import CardParseError
-from ..models import (
+from facts.erasure.scope import Scope
+from facts.models import (
     AuditEvent,
     Candidate,
     Erasure,
@@ -32,8 +31,9 @@ from ..models import (
     ProfileSection,
     Turn,
 )
-from ..store import Bucket, Store, get_store
-from .scope import Scope
+from facts.storage.cardfile import Card
+from facts.storage.errors import CardParseError
+from facts.storage.store import Bucket, Store, get_store
 
 PROCESS_TASK = "facts.tasks.process_thread_task"
 

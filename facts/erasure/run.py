@@ -17,8 +17,11 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ..cardfile import Card
-from ..models import (
+from facts.erasure.guard import bypass, user_barrier
+from facts.erasure.plan import Plan, chunks, collect, delete_in
+from facts.erasure.scope import Scope
+from facts.erasure.scrub import checkpoint_django_db, scrub_bytes
+from facts.models import (
     AuditEvent,
     Candidate,
     Erasure,
@@ -33,12 +36,9 @@ from ..models import (
     ProfileSection,
     Turn,
 )
-from ..profilefile import Profile, Section
-from ..store import Bucket, Store, get_store
-from .guard import bypass, user_barrier
-from .plan import Plan, chunks, collect, delete_in
-from .scope import Scope
-from .scrub import checkpoint_django_db, scrub_bytes
+from facts.storage.cardfile import Card
+from facts.storage.profilefile import Profile, Section
+from facts.storage.store import Bucket, Store, get_store
 
 # Ids listed per kind in the audit event and the dry run; the counts stay exact.
 MAX_LISTED_IDS = 1000
@@ -130,7 +130,7 @@ def _erase_memory(scope: Scope, store: Store, actor: str, marker: Erasure) -> Pl
     The user's and the projects' locks are taken in one call (the store orders them,
     as every writer does); should the files name a project not locked yet, again with it.
     """
-    from .. import hooks, writer
+    from facts.storage import hooks, writer
 
     user_bucket = Bucket(user_id=scope.user_id, agent_name=None)
     project_buckets: set[Bucket] = set()
@@ -151,7 +151,8 @@ def _erase_memory(scope: Scope, store: Store, actor: str, marker: Erasure) -> Pl
             # the file and its mirror row): mirror, history and index entries.
             delete_in(FactCard.objects.all(), "id", found.mirror_only)
             if found.mirror_only:
-                hooks.cards_changed([], [Card.model_construct(id=i) for i in found.mirror_only])
+                # Only the id is read by the index's listener: a card without the rest.
+                hooks.cards_changed([], [Card.model_construct(id=i) for i in found.mirror_only])  # type: ignore[call-arg]
             for rel in found.unreadable:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(store.root / rel)

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 from django.db.models import Q
 
-from ..ids import normalize_agent, normalize_id
-from ..models import (
+from facts.models import (
     Erasure,
 )
+from facts.storage.ids import normalize_agent, normalize_id
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,12 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from .. import sqlitegen
+from facts.storage import sqlitegen
 
 log = logging.getLogger(__name__)
 
 # Files that are never SQLite databases: cards, profiles, lock files, temp files of
-# interrupted writes (`facts.atomic`), and a database's own journals.
+# interrupted writes (`facts.storage.atomic`), and a database's own journals.
 _NOT_DATABASES = (".md", ".json", ".lock", "-wal", "-shm", "-journal")
 
 
@@ -33,7 +33,7 @@ def sqlite_files(root: Path) -> list[Path]:
     on it, SQLite's own included, and another process could then delete the WAL that this
     one still uses ("How to corrupt a database file", §2.2). SQLite's own opens and closes
     keep the locks of the process's other connections. A symbolic link (the stable name
-    of a derived file, `facts.sqlitegen`) is not listed: the file it names is."""
+    of a derived file, `facts.storage.sqlitegen`) is not listed: the file it names is."""
     found = []
     for dirpath, _dirs, files in os.walk(root):
         for name in files:
@@ -104,7 +104,7 @@ def scrub_sqlite(path: Path, *, timeout: float = 30.0) -> dict[str, Any]:
 
 def sweep_generations(folder: Path) -> list[Path]:
     """Delete the superseded generations of every derived file under `folder`
-    (`facts.sqlitegen`): they still hold what the erasure removed from the current ones,
+    (`facts.storage.sqlitegen`): they still hold what the erasure removed from the current ones,
     and no process opens them again."""
     removed = []
     for link in sqlitegen.links_under(folder):

@@ -10,9 +10,9 @@ user's conversations, the history rows as JSON Lines under ``history/``, a
 `import_archive` restores such an archive into a store where the user has no memory:
 the whole archive is read and checked first (manifest, hashes, paths, sizes, every
 card, the profile and every row), and only then is anything written — cards through
-`facts.writer.commit` and the profile through `facts.writer.commit_profile`, so mirror,
+`facts.storage.writer.commit` and the profile through `facts.storage.writer.commit_profile`, so mirror,
 history and index follow as for any other write. A refused archive changes nothing.
 
 `archive` holds what both directions share (the format's names, the history kinds),
-`export` writes an archive, `importer` reads, checks and restores one.
+`export` writes an archive, `unpack` reads and checks one, `importer` restores it.
 """

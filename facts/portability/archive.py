@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db import models
 
-from ..models import (
+from facts.models import (
     AuditEvent,
     Candidate,
     ExtractedMessage,

@@ -22,18 +22,29 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import models
 
-from ..cardfile import parse_card
-from ..errors import CardParseError
-from ..ids import normalize_id
-from ..models import (
+from facts.models import (
     AuditEvent,
     ExtractionRun,
     FactCard,
     FactRevision,
     FactUsage,
 )
-from ..store import Bucket, Store, get_store
-from .archive import FORMAT, FORMAT_VERSION, MANIFEST, README, SUMS, Kind, chunks, files_under, history_kinds, sha256_of
+from facts.portability.archive import (
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    README,
+    SUMS,
+    Kind,
+    chunks,
+    files_under,
+    history_kinds,
+    sha256_of,
+)
+from facts.storage.cardfile import parse_card
+from facts.storage.errors import CardParseError
+from facts.storage.ids import normalize_id
+from facts.storage.store import Bucket, Store, get_store
 
 # Error texts can quote credentials (some servers echo the key they refused).
 _SECRETS = re.compile(r"(?i)(bearer\s+)[^\s'\"]+|\b(sk|mem)[-_][A-Za-z0-9_-]{8,}")
@@ -230,7 +241,7 @@ def _write_zip(out: IO[bytes], files: dict[str, bytes], now: datetime) -> None:
         # The manifest and the README first: someone opening the archive sees them on top.
         order = [MANIFEST, README] + [name for name in files if name not in (MANIFEST, README)]
         for name in order:
-            info = zipfile.ZipInfo(name, date_time=stamp)  # type: ignore[arg-type]
+            info = zipfile.ZipInfo(name, date_time=stamp)
             info.compress_type = zipfile.ZIP_DEFLATED
             info.external_attr = (stat.S_IFREG | 0o644) << 16
             zf.writestr(info, files[name])

@@ -19,6 +19,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import django
 
@@ -30,11 +31,11 @@ from datetime import UTC, datetime  # noqa: E402
 
 from django.db import OperationalError  # noqa: E402
 
-from facts.cardfile import Card, Source  # noqa: E402
-from facts.errors import LockTimeout, RevisionConflict  # noqa: E402
-from facts.ids import new_fact_id  # noqa: E402
-from facts.store import Bucket, get_store  # noqa: E402
-from facts.writer import Put, commit, save_card, update_card  # noqa: E402
+from facts.storage.cardfile import Card, Source  # noqa: E402
+from facts.storage.errors import LockTimeout, RevisionConflict  # noqa: E402
+from facts.storage.ids import new_fact_id  # noqa: E402
+from facts.storage.store import Bucket, get_store  # noqa: E402
+from facts.storage.writer import Put, commit, save_card, update_card  # noqa: E402
 
 BUCKET = Bucket(user_id="alice", agent_name="coder")
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -46,7 +47,14 @@ def _increment(card: Card) -> Card:
 
 def main() -> None:
     mode = sys.argv[1]
-    stats = {"attempted": 0, "committed": 0, "retried": 0, "db_locked": 0, "lock_timeouts": 0, "errors": []}
+    stats: dict[str, Any] = {
+        "attempted": 0,
+        "committed": 0,
+        "retried": 0,
+        "db_locked": 0,
+        "lock_timeouts": 0,
+        "errors": [],
+    }
     if mode in ("seed", "create"):
         ids = []
         for n in range(int(sys.argv[2] if mode == "seed" else sys.argv[3])):

@@ -32,12 +32,12 @@ django.setup()
 
 from datetime import UTC, datetime  # noqa: E402
 
-from facts.cardfile import Card, Source  # noqa: E402
-from facts.errors import RevisionConflict  # noqa: E402
-from facts.ids import new_fact_id  # noqa: E402
-from facts.profilefile import Section  # noqa: E402
-from facts.store import Bucket  # noqa: E402
-from facts.writer import Delete, Put, commit, commit_profile, update_card  # noqa: E402
+from facts.storage.cardfile import Card, Source  # noqa: E402
+from facts.storage.errors import RevisionConflict  # noqa: E402
+from facts.storage.ids import new_fact_id  # noqa: E402
+from facts.storage.profilefile import Section  # noqa: E402
+from facts.storage.store import Bucket  # noqa: E402
+from facts.storage.writer import Delete, Put, commit, commit_profile, update_card  # noqa: E402
 
 USERS = ["alice", "bob@example.com", "../carol", "dave"]
 AGENTS = ["coder", None]
@@ -67,14 +67,14 @@ def _ack(fd: int, record: dict[str, Any]) -> None:
 
 def child(fd: int, seed: int, alive: list[dict[str, Any]]) -> None:
     rng = random.Random(seed)
-    known = [dict(item) for item in alive]
+    known: list[dict[str, Any]] = [dict(item) for item in alive]
     while True:
         roll = rng.random()
         if roll < 0.45 or not known:
             cards = [_card(rng) for _ in range(rng.randint(1, 4))]
             result = commit([Put(card) for card in cards], actor="crash", reason="create")
             for card in result.written:
-                item = {"op": "put", "id": card.id, "user": card.user_id, "agent": card.agent_name,
+                item: dict[str, Any] = {"op": "put", "id": card.id, "user": card.user_id, "agent": card.agent_name,
                         "rev": card.revision, "count": card.confirmation_count}  # fmt: skip
                 _ack(fd, item)
                 known.append(item)

@@ -20,9 +20,9 @@ from typing import Any
 
 import httpx
 
-from facts.cardfile import Card, parse_card
 from facts.enums import CardStatus
-from facts.ids import normalize_id
+from facts.storage.cardfile import Card, parse_card
+from facts.storage.ids import normalize_id
 
 from .procs import Env
 

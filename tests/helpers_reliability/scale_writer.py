@@ -19,9 +19,9 @@ django.setup()
 
 from django.utils import timezone  # noqa: E402
 
-from facts.cardfile import Card, Source  # noqa: E402
-from facts.ids import new_fact_id  # noqa: E402
-from facts.writer import Put, commit  # noqa: E402
+from facts.storage.cardfile import Card, Source  # noqa: E402
+from facts.storage.ids import new_fact_id  # noqa: E402
+from facts.storage.writer import Put, commit  # noqa: E402
 
 
 def card(word: str, n: int = 0) -> Card:

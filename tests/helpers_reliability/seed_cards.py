@@ -16,10 +16,10 @@ django.setup()
 
 from datetime import UTC, datetime  # noqa: E402
 
-from facts.cardfile import Card, Source, dump_card  # noqa: E402
-from facts.ids import new_fact_id  # noqa: E402
-from facts.store import get_store  # noqa: E402
-from facts.writer import Put, commit  # noqa: E402
+from facts.storage.cardfile import Card, Source, dump_card  # noqa: E402
+from facts.storage.ids import new_fact_id  # noqa: E402
+from facts.storage.store import get_store  # noqa: E402
+from facts.storage.writer import Put, commit  # noqa: E402
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 count, raw = int(sys.argv[1]), "--raw" in sys.argv

@@ -52,10 +52,10 @@ def setup() -> None:
     from django.contrib.auth.models import Group, User
 
     from facts.access import ensure_roles
-    from facts.cardfile import Card, Source
-    from facts.ids import new_fact_id
-    from facts.profilefile import Section
-    from facts.writer import commit_profile, save_card
+    from facts.storage.cardfile import Card, Source
+    from facts.storage.ids import new_fact_id
+    from facts.storage.profilefile import Section
+    from facts.storage.writer import commit_profile, save_card
     from memoryadmin.models import ApiKey
 
     ensure_roles()

@@ -1,5 +1,5 @@
 """`manage.py backtest`: replay recorded candidates through the live gate with other
-settings and list the verdicts that would flip (writes nothing; `facts.backtest`)."""
+settings and list the verdicts that would flip (writes nothing; `facts.judging.backtest`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from facts.backtest import backtest
-from facts.runs import REVIEW_AUTO, REVIEW_MANUAL
+from facts.judging.backtest import backtest
+from facts.judging.runs import REVIEW_AUTO, REVIEW_MANUAL
 
 
 def _day(value: date | None, at: time) -> datetime | None:

@@ -21,9 +21,11 @@ from django.db import close_old_connections, connections
 from django.utils.autoreload import DJANGO_AUTORELOAD_ENV
 from django_tasks_db.management.commands import db_worker
 
-from facts import claims, hooks, injections
+from facts import injections
+from facts.intake import claims
+from facts.storage import hooks
 
-log = logging.getLogger("facts.claims")
+log = logging.getLogger("facts.intake.claims")
 
 
 def sweep() -> int:

@@ -12,9 +12,9 @@ from facts.erasure.guard import running_for
 from facts.erasure.plan import Plan, plan
 from facts.erasure.run import erase
 from facts.erasure.scope import Scope
-from facts.errors import InvalidId
+from facts.intake.people import NoSuchPerson, PersonError, person_id
 from facts.models import Erasure
-from facts.people import NoSuchPerson, PersonError, person_id
+from facts.storage.errors import InvalidId
 
 SHOWN_IDS = 20
 

@@ -7,9 +7,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from facts.errors import InvalidId
-from facts.people import PersonError, person_id
+from facts.intake.people import PersonError, person_id
 from facts.portability import export
+from facts.storage.errors import InvalidId
 
 
 class Command(BaseCommand):

@@ -6,8 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from facts.errors import StoreError
 from facts.portability import importer
+from facts.storage.errors import StoreError
 
 
 class Command(BaseCommand):

@@ -10,9 +10,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from facts import tenancy
-from facts.extraction import ExtractionError
-from facts.pipeline import REPLAY_BATCH, run_replays, run_turns_now
-from facts.turns import CleanTurn, TurnRejected, clean_turn
+from facts.intake.turns import CleanTurn, TurnRejected, clean_turn
+from facts.judging.extraction import ExtractionError
+from facts.judging.pipeline import REPLAY_BATCH, run_replays, run_turns_now
 
 FIELDS = {"user_id", "agent_name", "thread_id", "project_id", "messages", "created_at", "model_output"}
 
@@ -57,7 +57,7 @@ def ingest_lines(
     """Run numbered JSONL lines through the pipeline; yield each line's outcome in order.
 
     Replayed lines (with `model_output`) are run in group commits of up to `batch_size`
-    turns (`facts.pipeline.run_replays`); a line that calls the model runs on its own,
+    turns (`facts.judging.pipeline.run_replays`); a line that calls the model runs on its own,
     after the replays before it. A bad line's outcome is its ValueError. `workers` > 1
     forks that many processes, each taking whole users (see `_split`).
     """

@@ -6,9 +6,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from facts.errors import InvalidId
-from facts.ids import normalize_agent
 from facts.models import AuditEvent
+from facts.storage.errors import InvalidId
+from facts.storage.ids import normalize_agent
 from memoryadmin.models import ApiKey, parse_user_patterns
 
 

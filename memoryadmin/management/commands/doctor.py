@@ -271,7 +271,7 @@ class Doctor:
             )
         else:
             self.ok("turns", f"no turn pending for more than {self.pending_minutes:g} minutes")
-        from facts import claims
+        from facts.intake import claims
 
         stuck = claims.stuck_turns()
         count = stuck.count()
@@ -308,7 +308,7 @@ class Doctor:
 
     def check_model(self) -> None:
         # The same probe as the overview's model notice (one rule, one place).
-        from facts.extraction import model_status
+        from facts.judging.extraction import model_status
 
         status = model_status(self.http_timeout)
         if status.state == "down":

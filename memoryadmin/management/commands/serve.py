@@ -77,7 +77,7 @@ def limited_channel(per_address: int) -> type:
     lock = threading.Lock()
     refused = [0]
 
-    class PerAddressLimitedChannel(HTTPChannel):  # type: ignore[misc]
+    class PerAddressLimitedChannel(HTTPChannel):
         counted: str | None = None
 
         def __init__(self, server: Any, sock: Any, addr: Any, adj: Any, map: Any = None) -> None:
