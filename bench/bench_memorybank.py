@@ -93,8 +93,8 @@ def quality(args: argparse.Namespace) -> dict:
         stores = {name: store for name, store in stores.items() if name in args.stores.split(",")}
     labelled = sum(1 for q in questions if q.evidence or q.category in mb.NO_ANSWER)
     print(
-        f"== MemoryBank: {len(questions)} labelled queries ({labelled} with evidence or no-answer), "
-        f"{len(stores['turns'].units)} turn cards, {len(stores['facts'].units)} fact cards",
+        f"== MemoryBank: {len(questions)} labelled queries ({labelled} with evidence or no-answer); "
+        + ", ".join(f"{name}: {len(store.units)} cards" for name, store in stores.items()),
         flush=True,
     )
     figures: dict = {}

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import embedding
+from .dates import Day
 from .indexconn import retrying
 from .indexdb import QUEUE_CORRECTIONS, QUEUE_OTHERS
 from .indexrows import scope_term
@@ -150,6 +151,30 @@ def contents(ids: Sequence[str], buckets: Sequence[str] = ()) -> dict[str, tuple
     rows = retrying(lambda conn: conn.execute(sql, args).fetchall())
     assert isinstance(rows, list)
     return {row[0]: row[1:] for row in rows}
+
+
+def said_on(days: Sequence[Day], buckets: Sequence[str], *, limit: int, now_ts: float) -> list[str]:
+    """The ids of `buckets`' live cards said on one of `days` (their `created_at`, as
+    stored: the day of the time the words were said), at most `limit`, newest first."""
+    if not days or not buckets:
+        return []
+    scope = ", ".join("?" * len(buckets))
+    whole = [d.prefix() for d in days if d.year is not None]
+    month_day = [d.prefix() for d in days if d.year is None]
+    tests = []
+    if whole:
+        tests.append(f"substr(created_at, 1, 10) IN ({', '.join('?' * len(whole))})")
+    if month_day:
+        tests.append(f"substr(created_at, 6, 5) IN ({', '.join('?' * len(month_day))})")
+    sql = (
+        f"SELECT id FROM cards INDEXED BY cards_bucket WHERE bucket IN ({scope}) "
+        f"AND (expires_ts IS NULL OR expires_ts > ?) AND ({' OR '.join(tests)}) "
+        "ORDER BY created_ts DESC, id LIMIT ?"
+    )
+    args = (*buckets, now_ts, *whole, *month_day, limit)
+    rows = retrying(lambda conn: conn.execute(sql, args).fetchall())
+    assert isinstance(rows, list)
+    return [row[0] for row in rows]
 
 
 def count() -> int:

@@ -6,7 +6,7 @@ evidence, each on a scale that does not depend on the query or the limit:
 
     lexical  = bm25 / Σ idf(query terms)       about 1 for a card holding every term once
     vector   = cosine − QUESTION_PENALTY × max(0, the card's question-ness)
-    relevance = LEXICAL_WEIGHT × lexical + VECTOR_WEIGHT × vector
+    relevance = LEXICAL_WEIGHT × lexical + VECTOR_WEIGHT × vector (+ DATE_WEIGHT)
 
 so a card that matches the query's rare words outranks one matching only its common
 ones, whatever the vectors say, and where the words do not meet (another language, a
@@ -14,7 +14,9 @@ paraphrase) the vectors decide. The candidates are every lexical match (up to
 `LEXICAL_DEPTH`) and the `VECTOR_DEPTH` best vector scores: fixed depths, so the top k of
 a longer answer is the answer at k. A card found by its vector alone needs a vector
 score of `VECTOR_FLOOR` (a query about nothing the user said finds nothing, or only
-what matches its words). Then
+what matches its words). A question that names a day ("On May 2nd, what did I …?",
+"5月2日我…", `retrieval.dates`) makes the cards said that day candidates too, with
+DATE_WEIGHT more relevance: every card knows when its words were said. Then
 
     score = relevance × (1 − DECAY_WEIGHT × (1 − decay)) + CONFIDENCE_WEIGHT × confidence,
     decay = 1 for ages under 30 days, else exp(-0.01 × (age_days - 30))
@@ -39,7 +41,7 @@ from datetime import UTC, datetime
 import numpy as np
 from django.conf import settings
 
-from . import embedding, indexrows, reads
+from . import dates, embedding, indexrows, reads
 from .limits import clamp_limit
 from .query import core
 from .tokenize import MAX_QUERY_CHARS, query_terms
@@ -65,6 +67,12 @@ VECTOR_DEPTH = 100
 VECTOR_FLOOR = 0.15
 # The vectors embed the question without its frame (True) or as asked (False).
 FRAMELESS_VECTORS = True
+# A card said on a day the question names ("On May 2nd, what did I …?") has this much
+# more relevance, and is a candidate whatever its words: what a card holding every one
+# of the question's words gets from them (retrieval/dates.py; 0.5–1.0 measured alike,
+# 0.3 lower: docs/read-path.md).
+DATE_WEIGHT = 1.0
+DATE_DEPTH = 200
 MAX_LIMIT = 100  # callers inside the service (golden queries, the playground); agents get retrieval.limits' 1..10
 
 
@@ -82,9 +90,10 @@ class Hit:
     lexical_rank: int | None = None
     vector_rank: int | None = None
     similarity: float | None = None
-    fused: float | None = None  # the relevance: lexical + vector parts
+    fused: float | None = None  # the relevance: lexical + vector (+ date) parts
     lexical: float | None = None  # LEXICAL_WEIGHT × bm25 / Σ idf
     vector: float | None = None  # VECTOR_WEIGHT × (cosine − question penalty)
+    date: float | None = None  # DATE_WEIGHT: said on a day the question names
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -149,8 +158,10 @@ def search(
     limit = clamp(limit, 1, MAX_LIMIT, 5)
     now = now or datetime.now(UTC)
     text = core((query or "")[:MAX_QUERY_CHARS])
+    days = dates.mentioned((query or "")[:MAX_QUERY_CHARS])
     buckets = indexrows.scopes(user_id, agent_name, project_id)
     now_ts = now.timestamp()
+    said = set(reads.said_on(days, buckets, limit=DATE_DEPTH, now_ts=now_ts)) if days and DATE_WEIGHT else set()
     terms = query_terms(text) if mode != "vectors" else []
     lexical, weight = reads.lexical(terms, buckets, limit=LEXICAL_DEPTH, now_ts=now_ts) if terms else ([], 0.0)
     ids: list[str] = []
@@ -165,7 +176,7 @@ def search(
             # Search must answer: without the model it is the lexical search.
             log.exception("vector search unavailable; answering lexically")
             ids = []
-    hits = _rank(lexical, weight, ids, sims, vector_part, limit=limit, now=now)
+    hits = _rank(lexical, weight, ids, sims, vector_part, limit=limit, now=now, said=said)
     return hits[:limit]
 
 
@@ -178,9 +189,12 @@ def _rank(
     *,
     limit: int,
     now: datetime,
+    said: set[str] | None = None,
 ) -> list[Hit]:
     """The candidates' hits, best first: at least the best `limit`, exactly as if every
-    candidate were scored (those that cannot reach the top `limit` are not read)."""
+    candidate were scored (those that cannot reach the top `limit` are not read).
+    `said`: the cards said on a day the question names."""
+    said = said or set()
     position = {fid: i for i, fid in enumerate(ids)}
     # The vector candidates: the VECTOR_DEPTH best vector scores (ties by id: ids are
     # in id order).
@@ -195,15 +209,16 @@ def _rank(
     weight = weight or 1.0
     # (relevance, lexical part, vector part, id)
     scored: list[tuple[float, float | None, float | None, str]] = []
-    for fid in dict.fromkeys([*lex, *vector_rank]):
+    for fid in dict.fromkeys([*lex, *vector_rank, *sorted(said)]):
         bm25 = lex[fid][1] if fid in lex else None
         at = position.get(fid)
         closeness = float(vector_part[at]) if at is not None else None
-        if bm25 is None and (closeness is None or closeness < VECTOR_FLOOR):
+        dated = DATE_WEIGHT if fid in said else 0.0
+        if bm25 is None and not dated and (closeness is None or closeness < VECTOR_FLOOR):
             continue
         lexical_part = None if bm25 is None else LEXICAL_WEIGHT * (-bm25 / weight)
         vec = None if closeness is None else VECTOR_WEIGHT * closeness
-        scored.append(((lexical_part or 0.0) + (vec or 0.0), lexical_part, vec, fid))
+        scored.append(((lexical_part or 0.0) + (vec or 0.0) + dated, lexical_part, vec, fid))
     if not scored:
         return []
     scored.sort(key=lambda row: -row[0])
@@ -240,6 +255,7 @@ def _rank(
                 fused=relevance,
                 lexical=lexical_part,
                 vector=vec,
+                date=DATE_WEIGHT if fid in said else None,
             )
         )
     hits.sort(key=lambda h: (-h.score, -(h.fused or 0.0), -(h.lexical or 0.0), h.id))
@@ -311,6 +327,7 @@ def breakdown(hit: Hit) -> dict[str, object]:
         "similarity": hit.similarity,
         "lexical": None if hit.lexical is None else round(hit.lexical, 4),
         "vector": None if hit.vector is None else round(hit.vector, 4),
+        "date": hit.date,
         "fused": None if hit.fused is None else round(hit.fused, 4),
         "decay": round(hit.decay, 4),
         "confidence_part": round(hit.confidence_part, 4),

@@ -53,8 +53,11 @@ def test_it_finds_sqlite_files_without_dropping_the_locks_this_process_holds(tmp
     conn.close()
 
 
-def test_the_rate_limit_counts_in_the_file_that_is_there_now(tmp_path: Path, settings) -> None:
+def test_the_rate_limit_counts_in_the_file_that_is_there_now(tmp_path: Path, settings, monkeypatch) -> None:
     from memoryadmin import ratelimit
+
+    # The file of one machine (on PostgreSQL the counters are rows of the database).
+    monkeypatch.setattr(ratelimit, "shared", lambda: False)
 
     settings.API_RATE_LIMIT_DB = str(tmp_path / "ratelimit.sqlite3")
     ratelimit._local.connections = {}

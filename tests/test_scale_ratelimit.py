@@ -30,12 +30,13 @@ def test_it_refuses_the_third_request_even_when_each_came_through_another_machin
         pytest.skip("machines share counters only through PostgreSQL")
     key, raw = ApiKey.issue("scale")
     key.rate_limit_per_minute = 2
+    key.allowed_agents = ["coder"]  # known before its first turn
     key.save()
     statuses = []
     for machine in ("a", "b", "c"):
         # Each machine has its own local directories; only the database is shared.
         settings.MEMORY_ROOT = tmp_path / machine
-        statuses.append(_agent(raw).get("/api/v1/context", {"user_id": "alice"}).status_code)
+        statuses.append(_agent(raw).get("/api/v1/context", {"user_id": "alice", "agent_name": "coder"}).status_code)
     assert statuses == [200, 200, 429]
     assert RateCounter.objects.get(kind="hits").n == 3
 

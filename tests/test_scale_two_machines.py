@@ -152,7 +152,8 @@ def _found(results: list[dict[str, Any]], word: str) -> bool:
 
 def test_it_serves_one_memory_from_two_machines(machines: tuple[Machine, Machine], tmp_path: Path) -> None:
     a, b = machines
-    key = a.env.manage("create_api_key", "agent", "--rate-limit", "0").stdout.strip()
+    # A key for the agent: it is known before its first card (an unknown agent is a 404).
+    key = a.env.manage("create_api_key", "agent", "--agents", "coder", "--rate-limit", "0").stdout.strip()
     assert b.search(key, "anything") == []
 
     # 1. A card written on A is found by search on B within a second.

@@ -3,12 +3,15 @@ about nothing the user said finds nothing, and the new-user examples of the issu
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from facts.storage.writer import save_card
 from retrieval import embedding
+from retrieval.dates import Day, mentioned
 from retrieval.query import core
-from retrieval.search import search
+from retrieval.search import DATE_WEIGHT, search
 from tests.conftest import FIXED_NOW
 
 pytestmark = pytest.mark.django_db
@@ -90,3 +93,61 @@ def test_the_hybrid_top_k_is_the_same_at_every_limit(embeddings: None, make_card
     assert len(longest) == 10
     for limit in range(1, 10):
         assert _contents("Which museum exhibition did I like?", limit=limit) == longest[:limit]
+
+
+# --- a question that names a day (retrieval/dates.py) ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("question", "days"),
+    [
+        ("On May 2nd, what did I do?", [Day(5, 2)]),
+        ("What did I tell you on 2 May 2023?", [Day(5, 2, 2023)]),
+        ("What did I say on the 4th of May?", [Day(5, 4)]),
+        ("Sept. 3 and Dec 31st", [Day(9, 3), Day(12, 31)]),
+        ("On 2023-05-02 I said", [Day(5, 2, 2023)]),
+        ("我5月3日去了哪里？", [Day(5, 3)]),
+        ("五月二号我心情怎么样？", [Day(5, 2)]),
+        ("2023年4月30日我做了什么菜", [Day(4, 30, 2023)]),
+        ("十二月三十一日", [Day(12, 31)]),
+        # not days: the verb, an impossible date, a band, a month alone, a relative day
+        ("You may 2 things", []),
+        ("April 31st", []),
+        ("我最喜欢的乐队是五月天", []),
+        ("What did I do in May?", []),
+        ("What did I tell you yesterday?", []),
+    ],
+)
+def test_it_reads_the_days_a_question_names(question: str, days: list[Day]) -> None:
+    assert mentioned(question) == days
+
+
+def _said(make_card, content: str, day: datetime) -> str:
+    card = make_card(content=content, created_at=day, updated_at=day)
+    save_card(card, actor="t")
+    return card.id
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "lexical"])
+def test_a_question_naming_a_day_finds_what_was_said_that_day(embeddings: None, make_card, mode: str) -> None:
+    may_2 = datetime(2026, 5, 2, 9, 30, tzinfo=UTC)
+    may_9 = datetime(2026, 5, 9, 9, 30, tzinfo=UTC)
+    that_day = _said(make_card, "Felt tired and a bit low after a long week at work.", may_2)
+    _said(make_card, "Felt great after the weekend hike.", may_9)
+    _said(make_card, "My mood is usually better in the morning.", may_9)
+    for question in ("What was my mood on May 2nd?", "我5月2日心情怎么样？", "How did I feel on 2 May 2026?"):
+        hits = search(question, user_id="alice", agent_name="coder", limit=3, now=FIXED_NOW, mode=mode)
+        assert hits[0].id == that_day, question
+        assert hits[0].date == DATE_WEIGHT and all(h.date is None for h in hits[1:])
+    # Another year's May 2nd is not the day asked about; no day named: no date part.
+    hits = search("How did I feel on 2 May 2025?", user_id="alice", agent_name="coder", now=FIXED_NOW, mode=mode)
+    assert all(h.date is None for h in hits)
+    assert all(h.date is None for h in search("my mood", user_id="alice", agent_name="coder", now=FIXED_NOW))
+
+
+def test_the_day_is_read_only_inside_the_scope(embeddings: None, make_card) -> None:
+    may_2 = datetime(2026, 5, 2, 9, 30, tzinfo=UTC)
+    _said(make_card, "Alice's plan for the day.", may_2)
+    save_card(make_card(content="Bob's secret plan.", user_id="bob", created_at=may_2, updated_at=may_2), actor="t")
+    hits = search("What did I do on May 2nd?", user_id="carol", agent_name="coder", now=FIXED_NOW)
+    assert hits == []
