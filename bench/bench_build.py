@@ -126,9 +126,10 @@ django.setup()
 from django.conf import settings
 import corpus
 from facts.storage.cardfile import dump_card, file_digest
-from facts.mirror import FileSnapshot, Scanned
+from facts.storage.snapshots import FileSnapshot
+from facts.storage.scan import Scanned
 from facts.storage.store import Store
-from retrieval import index
+from retrieval import indexbuild
 
 # The records: every card of the corpus, in memory, each with its file's digest (what
 # a snapshot holds). Made before anything is timed.
@@ -149,7 +150,7 @@ def cpu():
 with tempfile.TemporaryDirectory() as folder:
     settings.MEMORY_INDEX_DIR = folder
     started, cpu_started = time.monotonic(), cpu()
-    result = index.rebuild_from_snapshot(snap)
+    result = indexbuild.rebuild_from_snapshot(snap)
     wall, used = time.monotonic() - started, cpu() - cpu_started
 print(json.dumps({"cards": result["indexed"], "wall": wall, "cpu_s": used}))
 """

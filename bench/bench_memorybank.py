@@ -81,7 +81,7 @@ def _row(label: str, fig: dict, cats: tuple[str, ...]) -> str:
 def quality(args: argparse.Namespace) -> dict:
     from django.conf import settings
 
-    from retrieval import index
+    from retrieval import indexconn
     from tests import memorybank_eval as mb
 
     stores, questions = mb.load(args.data, pooled=not args.no_pooled)
@@ -103,7 +103,7 @@ def quality(args: argparse.Namespace) -> dict:
         with tempfile.TemporaryDirectory() as root:
             settings.MEMORY_ROOT = Path(root)
             settings.MEMORY_EMBEDDINGS = True
-            index.reset()
+            indexconn.reset()
             for dating in datings:
                 mb.index_store(store, dating)
                 now = mb.now_for(store, dating)
@@ -120,7 +120,7 @@ def quality(args: argparse.Namespace) -> dict:
                         figures.setdefault(store.name, {}).setdefault(split, {}).setdefault(dating.name, {})[mode] = fig
                         if args.dump and dating.name == "undated":
                             dump.extend(_dumped(store, mode, outcomes))
-            index.reset()
+            indexconn.reset()
         _print_store(store, figures[store.name], splits, datings)
     if args.dump:
         Path(args.dump).write_text(json.dumps(dump, ensure_ascii=False, indent=1), encoding="utf-8")
@@ -197,17 +197,17 @@ def _print_store(store, figs: dict, splits: tuple[str, ...], datings) -> None:
 def hybrid_eval_line() -> dict:
     from django.conf import settings
 
-    from retrieval import index
+    from retrieval import indexconn
     from tests import hybrid_eval
 
     data = hybrid_eval.load()
     with tempfile.TemporaryDirectory() as root:
         settings.MEMORY_ROOT = Path(root)
         settings.MEMORY_EMBEDDINGS = True
-        index.reset()
+        indexconn.reset()
         hybrid_eval.index_facts(data)
         result = hybrid_eval.run(data)
-        index.reset()
+        indexconn.reset()
     misses = result.pop("misses")
     print(
         f"== hybrid_eval.json (default search): recall@5 all {result['all']['recall@5']:.3f} (≥ 0.93), "

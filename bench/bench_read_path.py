@@ -94,12 +94,12 @@ _INDEX_ONLY = """
 import json, resource, sys, time
 import django
 django.setup()
-from facts import mirror
+from facts.storage import snapshots
 from facts.storage.store import get_store
-from retrieval import index
+from retrieval import indexbuild
 t = time.monotonic(); c = time.process_time()
-snap = mirror.snapshot(get_store())
-res = index.rebuild_from_snapshot(snap)
+snap = snapshots.snapshot(get_store())
+res = indexbuild.rebuild_from_snapshot(snap)
 wall = time.monotonic() - t
 kids = resource.getrusage(resource.RUSAGE_CHILDREN)
 me = resource.getrusage(resource.RUSAGE_SELF)
@@ -217,7 +217,7 @@ def main() -> None:
 
     django.setup()
     from facts.storage.store import Bucket, get_store
-    from retrieval import index
+    from retrieval import index, reads
     from retrieval.render import render_context
     from retrieval.search import search
 
@@ -225,11 +225,11 @@ def main() -> None:
     now = corpus.NOW
     corpus.english_words(), corpus.chinese_words()
     store = get_store()
-    print(f"index rows: {index.count()}", flush=True)
+    print(f"index rows: {reads.count()}", flush=True)
     # A serving process has jieba and cl100k loaded after its first requests (~1 s and
     # ~0.3 s once): load them before timing steady-state calls.
-    from retrieval.tokenize import warm
     from retrieval.tokens import count_tokens
+    from retrieval.warmup import warm
 
     warm()
     count_tokens("warm")

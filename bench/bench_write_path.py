@@ -74,7 +74,7 @@ def warm_up() -> None:
     """Imports, jieba's dictionary, the index file and the first connection (not
     measured: a worker process pays them once, at start-up)."""
     from facts.judging.pipeline import run_turns_now
-    from retrieval.tokenize import warm
+    from retrieval.warmup import warm
 
     warm()
 
@@ -87,7 +87,7 @@ def warm_up() -> None:
 def ingest(lines: list[str], batch_size: int, workers: int) -> tuple[int, int]:
     """`manage.py ingest`'s own path: parse and validate each JSON line, replay in group
     commits, in `workers` forked processes."""
-    from facts.management.commands.ingest import ingest_lines
+    from memoryadmin.management.commands.ingest import ingest_lines
 
     total = saved = 0
     for number, outcome in ingest_lines(enumerate(lines, start=1), batch_size=batch_size, workers=workers):

@@ -133,7 +133,7 @@ _known_agents: dict[str, float] = {}
 def health() -> dict[str, Any]:
     """What `GET /api/v1/health` answers: whether memory can be served now (the database
     answers, the search index is ready), and if not, why."""
-    from retrieval.indexdb import status
+    from retrieval.indexconn import status
 
     body: dict[str, Any] = {"status": "ok"}
     try:

@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.test import override_settings
 
-from facts import mirror
 from facts.judging.pipeline import run_turns_now
+from facts.storage import snapshots
 from facts.storage.store import get_store
 from memoryadmin.client import LocalMemory
 from memoryadmin.memory_protocol import MemoryContext
-from retrieval import index
+from retrieval import indexbuild, indexconn
 from retrieval.models import AgentSettings
 
 if TYPE_CHECKING:
@@ -163,7 +163,7 @@ def run(stdout: SupportsWrite[str]) -> DemoResult:
         tempfile.TemporaryDirectory(prefix="article-demo-") as tmp,
         override_settings(MEMORY_ROOT=Path(tmp), API_USAGE_FLUSH_SECONDS=0, MEMORY_REVIEW_MODE="auto"),
     ):
-        index.connection()  # the empty store's empty index: the writes below go to it
+        indexconn.connection()  # the empty store's empty index: the writes below go to it
         try:
             with transaction.atomic():
                 _scenario(result)
@@ -200,9 +200,9 @@ def _scenario(result: DemoResult) -> None:
     say(f"添加用户级纠正：保存 {correction.saved} 条")
 
     # As the article does: read the files again and rebuild the index from them alone.
-    snap = mirror.snapshot(get_store(), workers=1)
+    snap = snapshots.snapshot(get_store(), workers=1)
     result.reread_cards = len(snap.cards)
-    index.rebuild_from_snapshot(snap)
+    indexbuild.rebuild_from_snapshot(snap)
     say(f"重新读取文件：{len(snap.cards)} 张卡片、{len(snap.profiles)} 份画像；已从文件重建索引")
 
     memory = LocalMemory()

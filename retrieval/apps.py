@@ -8,21 +8,23 @@ class RetrievalConfig(AppConfig):
     def ready(self) -> None:
         # The index follows every committed write (docs/design.md §3). Registered here so
         # the write side never imports the read side.
-        from facts import mirror
-        from facts.storage import hooks
+        from facts.erasure import extra
+        from facts.storage import hooks, scan
 
-        from . import follow, index, scancache, tokenize
+        from . import follow, golden, index, indexrows, scancache, warmup
 
         hooks.on_cards_changed(index.on_cards_changed)
         hooks.on_cards_writing(index.prepare)
         # Each machine's worker keeps its local index in step with the others' writes.
         hooks.on_worker_start(follow.start)
         # A worker's first write would otherwise wait for the tokenizers (and the model).
-        hooks.on_worker_start(tokenize.warm)
+        hooks.on_worker_start(warmup.warm)
         # A rebuild's tokenizing and index rows are made in the scanning processes, on every core.
-        # At most jieba is loaded before the fork (`index.scan_prepare`): the embedding
+        # At most jieba is loaded before the fork (`indexrows.scan_prepare`): the embedding
         # model is not needed to scan (vectors are embedded afterwards, and only for
         # texts the cache lacks).
-        mirror.add_scan_extra(index.SCAN_EXTRA, index.scan_row, prepare=index.scan_prepare)
+        scan.add_scan_extra(indexrows.SCAN_EXTRA, indexrows.scan_row, prepare=indexrows.scan_prepare)
         # And files it has seen before are not parsed again (their digest names them).
-        mirror.set_scan_cache(scancache.lookup)
+        scan.set_scan_cache(scancache.lookup)
+        # Saved search checks name cards and users: an erasure finds and deletes them too.
+        extra.register("golden_queries", find=golden.erased_by, delete=golden.delete_erased)

@@ -6,14 +6,14 @@ are cached beside the index, in ONE file (``MEMORY_ROOT/.retrieval/vectors.sqlit
 attached to every index connection as schema ``vc``; the name predates the tokens):
 
 ``vc.terms``    hash of (tokenizer version, text) → the index terms of that text;
-``vc.vectors``  hash of (model id, text) → its sentence vector (`retrieval.vectors`).
+``vc.vectors``  hash of (model id, text) → its sentence vector (`retrieval.vectorcache`).
 
 Every index row names both hashes (``thash``, ``vhash``); an entry no row names any
 more is deleted with its last row, so erased words do not linger in the cache. The file
 is derived data: deleting it only costs the next rebuild its speed, and
 ``reindex --no-cache`` ignores it (and writes it afresh).
 
-A rebuild's scanning processes (`facts.mirror.snapshot`) look the terms up here
+A rebuild's scanning processes (`facts.storage.snapshots.snapshot`) look the terms up here
 before tokenizing, each through its own read-only connection; ``reindex --check``
 tokenizes every card again and reports entries that disagree.
 """
@@ -28,17 +28,18 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from .render import fact_tail_tokens
+from .factline import fact_tail_tokens
+from .indexpaths import index_path
 from .tokenize import document_terms
 
 # Part of every terms hash: bump it whenever `document_terms` would give other tokens
-# (dictionary, stemmer, stop-words in documents) or `render.fact_tail` another line, and
+# (dictionary, stemmer, stop-words in documents) or `factline.fact_tail` another line, and
 # every cached entry is a miss.
 TOKENIZER_ID = "jieba-snowball-cl100k-2"
 CACHE_FILE = "vectors.sqlite3"
 
 # The table itself is created with the vectors' when the file is attached
-# (`retrieval.vectors.attach`).
+# (`retrieval.vectorcache.attach`).
 
 
 def terms_hash(text: str) -> str:
@@ -52,7 +53,7 @@ class Terms(NamedTuple):
 
     hash: str
     terms: str
-    ntok: int  # tokens of the card's fact line after its category (`render.fact_tail_tokens`)
+    ntok: int  # tokens of the card's fact line after its category (`factline.fact_tail_tokens`)
     fresh: bool = True
     corrupt: bool = False
 
@@ -95,8 +96,6 @@ READ_MMAP_BYTES = 1 << 30  # SQLite maps no more than the file's size
 
 def _cache_path() -> Path:
     # Beside the index, wherever it is (MEMORY_INDEX_DIR on several machines).
-    from .indexdb import index_path
-
     return index_path().parent / CACHE_FILE
 
 

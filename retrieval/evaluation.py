@@ -369,7 +369,7 @@ def run(
     if warm and questions:
         # The model, the query path, jieba and the index connection: what a serving
         # process has loaded before its first agent asks.
-        from .tokenize import warm as warm_process
+        from .warmup import warm as warm_process
 
         warm_process(queries=True)
         first = questions[0]

@@ -41,12 +41,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from facts.erasure.scrub import scrub_sqlite, sqlite_files, sweep_generations
-from facts.mirror import snapshot
 from facts.models import CardChange, Erasure, FactCard
 from facts.storage.errors import StoreError
+from facts.storage.snapshots import snapshot
 from facts.storage.store import get_store
 
-from . import index
+from . import index, indexbuild, indexconn, indexpaths
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class Follower:
           rebuilt from the files, and the erasures since the kept position (all of them
           when none was kept) are scrubbed from its files by the first poll."""
         kept = _load_state()
-        if not index.index_path().exists():
+        if not indexpaths.index_path().exists():
             return cls.from_now()
         oldest = CardChange.objects.order_by("id").values_list("id", flat=True).first()
         if kept is not None:
@@ -97,7 +97,7 @@ class Follower:
             "follow: the change log no longer reaches this index's position (%s): rebuilding it from the files",
             "none kept" if kept is None else kept.position,
         )
-        index.rebuild_from_snapshot(snapshot(get_store()))
+        indexbuild.rebuild_from_snapshot(snapshot(get_store()))
         fresh.erasures_seen = kept.erasures_seen if kept is not None else 0
         return fresh
 
@@ -152,8 +152,8 @@ class Follower:
         erased = sorted({fact_id for _, fact_ids in done for fact_id in fact_ids or []})
         if erased:
             apply_cards(erased)
-        folder = index.index_path().parent
-        index.reset()  # the scrub's VACUUM wants no connection of ours open
+        folder = indexpaths.index_path().parent
+        indexconn.reset()  # the scrub's VACUUM wants no connection of ours open
         sweep_generations(folder)
         for path in sqlite_files(folder):
             scrub_sqlite(path)
@@ -172,7 +172,7 @@ class Follower:
 
 
 def _state_path() -> Path:
-    return index.index_path().parent / STATE_FILE
+    return indexpaths.index_path().parent / STATE_FILE
 
 
 def _load_state() -> Follower | None:
@@ -223,7 +223,7 @@ class FollowThread(threading.Thread):
                     close_old_connections()
                     if follower is None:
                         follower = Follower.resume()
-                        index.connection()  # a missing index is rebuilt from the files
+                        indexconn.connection()  # a missing index is rebuilt from the files
                     follower.poll()
                 except Exception:
                     log.warning("following the change log failed; retrying", exc_info=True)

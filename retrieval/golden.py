@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.utils import timezone
+
+from facts.erasure.plan import delete_in
+from facts.erasure.scope import Scope
 
 from .models import GoldenQuery
 from .search import search
@@ -24,3 +29,33 @@ def check_golden(golden: GoldenQuery) -> GoldenQuery:
     golden.last_checked_at = timezone.now()
     golden.save(update_fields=["last_result_ids", "last_passed", "last_checked_at"])
     return golden
+
+
+# --- erasure: registered with `facts.erasure.extra` by `RetrievalConfig.ready` -----------
+
+
+def erased_by(scope: Scope, fact_ids: set[str]) -> list[int]:
+    """The golden queries an erasure of `scope` removes: those naming one of its cards
+    (expected or last seen), the whole user's, and an agent's own."""
+    found = []
+    rows = GoldenQuery.objects.values_list("pk", "user_id", "agent_name", "expected_ids", "last_result_ids")
+    for pk, user_id, agent_name, expected, last in rows.iterator():
+        named = fact_ids.intersection([*(expected or []), *(last or [])])
+        mine = scope.whole_user and user_id == scope.user_id
+        if (
+            named
+            or mine
+            or (
+                scope.agent_name
+                and not scope.thread_id
+                and not scope.project_id
+                and user_id == scope.user_id
+                and agent_name == scope.agent_name
+            )
+        ):
+            found.append(pk)
+    return found
+
+
+def delete_erased(keys: Sequence[int]) -> None:
+    delete_in(GoldenQuery.objects.all(), "pk", keys)

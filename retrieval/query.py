@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from .tokenize import _HAN, _load_jieba
+from .tokenize import HAN, load_jieba
 
 # Question words, auxiliaries, the verbs and adverbs of talking about the conversation,
 # the tag "…, right?" and the assistant it is asked of ("you"). Pronouns of the user
@@ -47,8 +47,8 @@ _ZH_FRAME = frozenset(
 # "和你 / 跟你 / 向你 / 给你 / 对你": the preposition goes with the "you" it introduces.
 _TO_YOU = frozenset("和 跟 向 给 对 同".split())
 _YOU = frozenset("你 您".split())
-_PIECES = re.compile(rf"[{_HAN}]+|[^\W_{_HAN}]+(?:'[^\W_]+)?|\s+|.", re.UNICODE)
-_HAN_START = re.compile(rf"[{_HAN}]")
+_PIECES = re.compile(rf"[{HAN}]+|[^\W_{HAN}]+(?:'[^\W_]+)?|\s+|.", re.UNICODE)
+_HAN_START = re.compile(rf"[{HAN}]")
 _WORDISH = re.compile(r"[^\W_]")
 
 
@@ -75,7 +75,7 @@ def core(text: str) -> str:
 
 
 def _han_core(run: str) -> str:
-    words = _load_jieba().lcut(run)
+    words = load_jieba().lcut(run)
     kept: list[str] = []
     for i, word in enumerate(words):
         if word in _ZH_FRAME:
@@ -86,7 +86,7 @@ def _han_core(run: str) -> str:
     return "".join(kept)
 
 
-# The same facts said and asked, for `vectors.question_direction`: everyday memory, in
+# The same facts said and asked, for `embedding.question_direction`: everyday memory, in
 # both languages the product serves, none taken from an evaluation set. What the pairs
 # differ by is the asking.
 QUESTION_PAIRS: tuple[tuple[str, str], ...] = (

@@ -1,33 +1,31 @@
 """Reads of the search index: lexical BM25 candidates, vector ranking, and the rows
-the render and the search show. Split out of `retrieval.index` (issue 17's size rule);
-`retrieval.index` re-exports these names.
+the render and the search show, each through this thread's connection
+(`retrieval.indexconn.retrying`).
 """
 
 from __future__ import annotations
 
 import math
 import sqlite3
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
 
-from . import vectors
+from . import embedding
 from .dates import Day
-from .indexdb import QUEUE_CORRECTIONS, QUEUE_OTHERS, _retrying
+from .indexconn import retrying
+from .indexdb import QUEUE_CORRECTIONS, QUEUE_OTHERS
+from .indexrows import scope_term
 from .tokenize import quote
-
-
-def _scope_term(bucket: str) -> str:
-    from .index import scope_term
-
-    return scope_term(bucket)
-
+from .vectorcache import LOOKUP_BATCH, VECTORS_OF, chunks
 
 # --- reads --------------------------------------------------------------------------
 
 
 def _match(terms: Sequence[str], scopes: Sequence[str]) -> str:
-    scope = " OR ".join(quote(_scope_term(b)) for b in scopes)
+    scope = " OR ".join(quote(scope_term(b)) for b in scopes)
     words = " OR ".join(quote(t) for t in terms)
     return f"scope : ({scope}) AND terms : ({words})"
 
@@ -73,7 +71,7 @@ def lexical(terms: Sequence[str], buckets: Sequence[str], *, limit: int, now_ts:
         totals = dict(conn.execute("SELECT name, value FROM stats").fetchall())
         return rows, freq, totals
 
-    result = _retrying(run)
+    result = retrying(run)
     assert isinstance(result, tuple)
     rows, freq, totals = result
     if not rows:
@@ -130,7 +128,7 @@ def bucket_queues(buckets: Sequence[str], now_ts: float) -> tuple[list[str], lis
             ids(past),
         )
 
-    result = _retrying(run)
+    result = retrying(run)
     assert isinstance(result, tuple)
     return result
 
@@ -150,7 +148,7 @@ def contents(ids: Sequence[str], buckets: Sequence[str] = ()) -> dict[str, tuple
         where = ", ".join("?" * len(buckets))
         sql = f"SELECT id, category, content, ntok FROM cards INDEXED BY cards_bucket WHERE bucket IN ({where}) AND id IN ({marks})"
         args = (*buckets, *ids)
-    rows = _retrying(lambda conn: conn.execute(sql, args).fetchall())
+    rows = retrying(lambda conn: conn.execute(sql, args).fetchall())
     assert isinstance(rows, list)
     return {row[0]: row[1:] for row in rows}
 
@@ -174,13 +172,13 @@ def said_on(days: Sequence[Day], buckets: Sequence[str], *, limit: int, now_ts: 
         "ORDER BY created_ts DESC, id LIMIT ?"
     )
     args = (*buckets, now_ts, *whole, *month_day, limit)
-    rows = _retrying(lambda conn: conn.execute(sql, args).fetchall())
+    rows = retrying(lambda conn: conn.execute(sql, args).fetchall())
     assert isinstance(rows, list)
     return [row[0] for row in rows]
 
 
 def count() -> int:
-    return int(_retrying(lambda conn: conn.execute("SELECT count(*) FROM cards").fetchone()[0]))  # type: ignore[call-overload]
+    return int(retrying(lambda conn: conn.execute("SELECT count(*) FROM cards").fetchone()[0]))  # type: ignore[call-overload]
 
 
 def card_fields(ids: Sequence[str]) -> dict[str, tuple[str, str, float, str]]:
@@ -189,18 +187,18 @@ def card_fields(ids: Sequence[str]) -> dict[str, tuple[str, str, float, str]]:
         return {}
     marks = ", ".join("?" * len(ids))
     sql = f"SELECT id, content, category, confidence, created_at FROM cards WHERE id IN ({marks})"
-    rows = _retrying(lambda conn: conn.execute(sql, tuple(ids)).fetchall())
+    rows = retrying(lambda conn: conn.execute(sql, tuple(ids)).fetchall())
     assert isinstance(rows, list)
     return {row[0]: tuple(row[1:]) for row in rows}
 
 
 def vector_scores(query: str, buckets: Sequence[str], *, now_ts: float) -> tuple[list[str], np.ndarray, np.ndarray]:
     """The live cards of `buckets` that have a vector: their ids, cosine similarities to
-    `query` and how much each card is itself a question (`vectors.scores`)."""
+    `query` and how much each card is itself a question (`_scope_scores`)."""
     if not buckets:
         return [], np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.float32)
-    vectors.query_vector(query)  # embed before touching the index: a retry must not embed twice
-    result = _retrying(lambda conn: vectors.scores(conn, query, buckets, now_ts=now_ts))
+    embedding.query_vector(query)  # embed before touching the index: a retry must not embed twice
+    result = retrying(lambda conn: _scope_scores(conn, query, buckets, now_ts=now_ts))
     assert isinstance(result, tuple)
     return result
 
@@ -210,7 +208,81 @@ def vector_ranking(query: str, buckets: Sequence[str], *, now_ts: float) -> list
     if not buckets:
         return []
     # Embed before touching the index: a corruption retry must not embed twice.
-    vectors.query_vector(query)
-    result = _retrying(lambda conn: vectors.rank(conn, query, buckets, now_ts=now_ts))
+    embedding.query_vector(query)
+    result = retrying(lambda conn: _scope_rank(conn, query, buckets, now_ts=now_ts))
     assert isinstance(result, list)
     return result
+
+
+# --- a scope's cards ranked by their vectors -------------------------------------------
+# Searches are scoped to one user × agent (tens to a thousand cards): their vectors are
+# scored by brute force, one small matrix product, no vector index needed.
+
+_BUCKET_HASHES = """
+SELECT id, vhash FROM cards
+WHERE bucket IN ({marks}) AND vhash IS NOT NULL AND (expires_ts IS NULL OR expires_ts > ?)
+ORDER BY id
+"""
+
+
+# The scopes' matrices, by bucket list, while their (id, vhash) list is unchanged: the
+# check reads a covering index (no blobs); a changed scope is read again. Bounded by
+# rows (8,192 × 2 KB = 16 MB), least recently used out first.
+_MATRIX_ROWS = 8192
+_matrices: OrderedDict[tuple[str, ...], tuple[list[tuple[str, str]], np.ndarray, np.ndarray]] = OrderedDict()
+_matrices_lock = threading.Lock()
+_matrix_rows = 0  # rows held by `_matrices`
+
+
+def _scope_matrix(
+    conn: sqlite3.Connection, buckets: Sequence[str], now_ts: float
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The scope's ids, their vectors and their question-ness (`question_direction`)."""
+    key = tuple(buckets)
+    marks = ", ".join("?" * len(buckets))
+    pairs = conn.execute(_BUCKET_HASHES.format(marks=marks), (*buckets, now_ts)).fetchall()
+    with _matrices_lock:
+        cached_entry = _matrices.get(key)
+        if cached_entry is not None and cached_entry[0] == pairs:
+            _matrices.move_to_end(key)
+            return [fid for fid, _ in pairs], cached_entry[1], cached_entry[2]
+    blobs: dict[str, bytes] = {}
+    hashes = list(dict.fromkeys(h for _, h in pairs))
+    for chunk in chunks(hashes, LOOKUP_BATCH):
+        sql = VECTORS_OF.format(marks=", ".join("?" * len(chunk)))
+        blobs.update(conn.execute(sql, tuple(chunk)).fetchall())
+    pairs = [(fid, h) for fid, h in pairs if h in blobs]  # a vector lost from the cache: drift
+    matrix = embedding.from_blobs([blobs[h] for _, h in pairs])
+    questionness = matrix @ embedding.question_direction() if len(pairs) else np.zeros(0, dtype=np.float32)
+    global _matrix_rows
+    with _matrices_lock:
+        old = _matrices.pop(key, None)
+        _matrix_rows += len(pairs) - (len(old[0]) if old else 0)
+        _matrices[key] = (pairs, matrix, questionness)
+        while _matrix_rows > _MATRIX_ROWS and len(_matrices) > 1:
+            _matrix_rows -= len(_matrices.popitem(last=False)[1][0])
+    return [fid for fid, _ in pairs], matrix, questionness
+
+
+def _scope_rank(
+    conn: sqlite3.Connection, query: str, buckets: Sequence[str], *, now_ts: float
+) -> list[tuple[str, float]]:
+    """Every live card of `buckets` that has a vector, as (id, cosine similarity), best
+    first (ties by id)."""
+    ids, sims, _questions = _scope_scores(conn, query, buckets, now_ts=now_ts)
+    order = np.lexsort((np.arange(len(ids)), -sims))  # ids are sorted: index order is id order
+    return [(ids[i], float(sims[i])) for i in order]
+
+
+def _scope_scores(
+    conn: sqlite3.Connection, query: str, buckets: Sequence[str], *, now_ts: float
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Every live card of `buckets` that has a vector: (ids in id order, cosine
+    similarity to `query`, the card's projection on `question_direction`)."""
+    empty = np.zeros(0, dtype=np.float32)
+    if not buckets or not query.strip():
+        return [], empty, empty
+    ids, matrix, questionness = _scope_matrix(conn, buckets, now_ts)
+    if not ids:
+        return [], empty, empty
+    return ids, matrix @ embedding.query_vector(query), questionness

@@ -19,7 +19,6 @@ fake one of its sections. Control characters (NUL …) are dropped.
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -29,11 +28,11 @@ from django.conf import settings
 from django.db import connection
 
 from facts.enums import HISTORY_SECTIONS, USER_SECTIONS, CardStatus
-from facts.intake.sanitize import strip_controls
 from facts.models import FactCard, ProfileSection
 from facts.storage.ids import normalize_agent
 
-from . import index
+from . import indexrows, reads
+from .factline import fact_line, fact_tail_tokens, section_body
 from .models import AgentSettings
 from .tokens import count_tokens
 
@@ -119,55 +118,6 @@ def limits_for(
     )
 
 
-# A tag of the block's own (`OPEN`, `CLOSE`), in any case and spacing: ``</memory>``,
-# ``< /MEMORY >``, ``<memory id=x>``, ``</memory`` cut before its ``>``.
-_MEMORY_TAG = re.compile(r"<(\s*/?\s*memory\b[^<>\n]*)(>?)", re.IGNORECASE)
-# A line a reader would take for a header of the block: a Markdown heading, or the
-# underline that makes the line above one.
-_HEADER_LINE = re.compile(r"^([ \t]*)(#|=+[ \t]*$|-{2,}[ \t]*$)", re.MULTILINE)
-
-
-def _tag(match: re.Match[str]) -> str:
-    return f"‹{match[1]}{'›' if match[2] else ''}"
-
-
-def as_written(text: str) -> str:
-    """Memory text as the block shows it: the words as written, its tags neutralized.
-
-    Nothing is entity-escaped (the block is not HTML); ``<memory>``/``</memory>`` become
-    ``‹memory›``/``‹/memory›``. Control characters go too (facts/intake/sanitize.py's rule):
-    turns are cleaned on the way in, but a card edited by hand or written by an older
-    version may still hold a NUL.
-    """
-    text = strip_controls(text)
-    return _MEMORY_TAG.sub(_tag, text) if "<" in text else text
-
-
-def section_body(summary: str) -> str:
-    """A profile section's text: its lines kept (a summary may be a list), none of them
-    a header (``## Corrections`` becomes ``\\## Corrections``)."""
-    lines = "\n".join(line.rstrip() for line in as_written(summary.strip()).splitlines())
-    return _HEADER_LINE.sub(r"\1\\\2", lines)
-
-
-def fact_tail(content: str) -> str:
-    # One line per fact: inner newlines would let a fact fake a header or a fact line.
-    return f" {as_written(' '.join(content.split()))}\n"
-
-
-@lru_cache(maxsize=65536)  # a user's facts are rendered again at every turn
-def fact_line(category: str, content: str) -> str:
-    return f"- [{category}]{fact_tail(content)}"
-
-
-def fact_tail_tokens(content: str) -> int:
-    """Tokens of a fact's line after its ``- [category]`` prefix. cl100k never merges
-    across that boundary (``]`` is punctuation, the tail starts with a space), so prefix
-    + tail is the line's count; the index keeps this per card (`retrieval.derived`), so
-    a render never encodes a fact's text."""
-    return count_tokens(fact_tail(content))
-
-
 @lru_cache(maxsize=65536)
 def _piece_tokens(piece: str) -> int:
     return count_tokens(piece)
@@ -212,7 +162,7 @@ def _profile_sections(user_id: str) -> list[tuple[str, str]]:
 def _fact_rows(
     user_id: str, agent_name: str | None, project_id: str | None, buckets: list[str], now_ts: float
 ) -> tuple[list[str], list[str], list[str]]:
-    """Ids of the live cards in `buckets` (the scope's, `index.scopes`), corrections and
+    """Ids of the live cards in `buckets` (the scope's, `indexrows.scopes`), corrections and
     the rest, each best first (from the index), and of the expired ones (status from the
     mirror, date from the index). Superseded cards are history, never context."""
     agent = normalize_agent(agent_name)
@@ -225,7 +175,7 @@ def _fact_rows(
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         expired = [fact_id for (fact_id,) in cursor.fetchall()]
-    corrections, others, past_date = index.bucket_queues(buckets, now_ts)
+    corrections, others, past_date = reads.bucket_queues(buckets, now_ts)
     return corrections, others, expired + past_date
 
 
@@ -260,7 +210,7 @@ def _render(
         top_n=limits.top_n,
     )
     profile = _profile_sections(user_id)
-    buckets = index.scopes(user_id, agent_name, project_id)
+    buckets = indexrows.scopes(user_id, agent_name, project_id)
     corrections, others, expired = (
         ([], [], []) if mode == "tool" else _fact_rows(user_id, agent_name, project_id, buckets, now.timestamp())
     )
@@ -298,7 +248,7 @@ def _render(
     # Through the bucket index when the scope is not much bigger than what is shown (its
     # entries and rows lie together); a scope of 1,000 cards is cheaper by the ids.
     small = len(corrections) + len(others) <= 4 * len(wanted)
-    text_of = index.contents(wanted, buckets if small else ())
+    text_of = reads.contents(wanted, buckets if small else ())
     chosen_corrections: list[str] = []
     chosen_facts: list[str] = []
     included: list[str] = []

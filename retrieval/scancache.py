@@ -3,11 +3,11 @@
 ``vc.scans`` (in the derived-data cache file, `retrieval.derived`) maps a card file's
 SHA-256 to the card's (id, user, agent, project) and its index row: a rebuild reads and
 hashes every file but parses and tokenizes only those it has not seen
-(`facts.mirror.set_scan_cache`, registered with `lookup`). The key also names the index
+(`facts.storage.scan.set_scan_cache`, registered with `lookup`). The key also names the index
 schema, the tokenizer and the model (or "no vectors"), so any of those changing makes
 every entry a miss. A card's entries go when it is written again or removed
-(`retrieval.index._apply` → `forget`), and entries no file has any more after a full
-rebuild (`retrieval.index._fill` → `store`); ``reindex --check`` compares each entry
+(`retrieval.indexwrite.apply` → `forget`), and entries no file has any more after a full
+rebuild (`retrieval.indexwrite.fill` → `store`); ``reindex --check`` compares each entry
 with a fresh parse (`drift`).
 """
 
@@ -18,9 +18,10 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from facts.mirror import FileSnapshot, Scanned
+from facts.storage.scan import Scanned
+from facts.storage.snapshots import FileSnapshot
 
-from . import derived, index, vectors
+from . import derived, embedding, indexrows
 from .indexdb import SCHEMA_VERSION
 
 # Row fields 1-6 (scope, bucket, user, agent, project, category) repeat within a bucket.
@@ -30,7 +31,7 @@ _BATCH = 500
 
 
 def _version() -> str:
-    model = vectors.MODEL_ID if vectors.enabled() else "no-vectors"
+    model = embedding.MODEL_ID if embedding.enabled() else "no-vectors"
     return f"{SCHEMA_VERSION}/{derived.TOKENIZER_ID}/{model}"
 
 
@@ -48,7 +49,7 @@ def _by_key(snap: FileSnapshot) -> dict[str, Scanned]:
 
 def _value(item: Scanned) -> tuple:
     """What the cache keeps of a parsed card file: (ident, index row or None)."""
-    scanned = index.scanned_row(item)
+    scanned = indexrows.scanned_row(item)
     return (item.ident, None if scanned is None else scanned.row)
 
 
@@ -79,9 +80,9 @@ def lookup(digests: list[str]) -> dict[str, tuple[tuple, dict[str, object]]]:
             scanned = None
             if row is not None:
                 row = (row[0], *[same(v, v) for v in row[1:_SHARED_END]], *row[_SHARED_END:])
-                terms = derived.Terms(row[index._THASH], row[index._TERMS], row[index._NTOK], False)
-                scanned = index.ScanRow(terms, row)
-            found[keys[key]] = (ident, {index.SCAN_EXTRA: scanned})
+                terms = derived.Terms(row[indexrows.THASH], row[indexrows.TERMS], row[indexrows.NTOK], False)
+                scanned = indexrows.ScanRow(terms, row)
+            found[keys[key]] = (ident, {indexrows.SCAN_EXTRA: scanned})
     except (sqlite3.Error, ValueError, EOFError, TypeError, IndexError):
         return {}  # an older or damaged cache file: everything is parsed, and rewritten
     return found

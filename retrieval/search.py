@@ -41,7 +41,7 @@ from datetime import UTC, datetime
 import numpy as np
 from django.conf import settings
 
-from . import dates, index, reads, vectors
+from . import dates, embedding, indexrows, reads
 from .limits import clamp_limit
 from .query import core
 from .tokenize import MAX_QUERY_CHARS, query_terms
@@ -159,20 +159,20 @@ def search(
     now = now or datetime.now(UTC)
     text = core((query or "")[:MAX_QUERY_CHARS])
     days = dates.mentioned((query or "")[:MAX_QUERY_CHARS])
-    buckets = index.scopes(user_id, agent_name, project_id)
+    buckets = indexrows.scopes(user_id, agent_name, project_id)
     now_ts = now.timestamp()
     said = set(reads.said_on(days, buckets, limit=DATE_DEPTH, now_ts=now_ts)) if days and DATE_WEIGHT else set()
     terms = query_terms(text) if mode != "vectors" else []
-    lexical, weight = index.lexical(terms, buckets, limit=LEXICAL_DEPTH, now_ts=now_ts) if terms else ([], 0.0)
+    lexical, weight = reads.lexical(terms, buckets, limit=LEXICAL_DEPTH, now_ts=now_ts) if terms else ([], 0.0)
     ids: list[str] = []
     vector_part = np.zeros(0, dtype=np.float32)
     sims = vector_part
-    if mode != "lexical" and vectors.enabled() and text.strip():
+    if mode != "lexical" and embedding.enabled() and text.strip():
         try:
             asked = text if FRAMELESS_VECTORS else (query or "")[:MAX_QUERY_CHARS]
-            ids, sims, questions = index.vector_scores(asked, buckets, now_ts=now_ts)
+            ids, sims, questions = reads.vector_scores(asked, buckets, now_ts=now_ts)
             vector_part = sims - QUESTION_PENALTY * np.maximum(questions, 0.0)
-        except vectors.EmbeddingUnavailable:
+        except embedding.EmbeddingUnavailable:
             # Search must answer: without the model it is the lexical search.
             log.exception("vector search unavailable; answering lexically")
             ids = []
@@ -228,7 +228,7 @@ def _rank(
     worst = scored[min(limit, len(scored)) - 1][0] * (1.0 - dweight)
     scored = [row for row in scored if row[0] + CONFIDENCE_WEIGHT >= worst]
     fields = {row[0]: row[1:5] for row in lexical}
-    fields.update(index.card_fields([row[3] for row in scored if row[3] not in fields]))
+    fields.update(reads.card_fields([row[3] for row in scored if row[3] not in fields]))
     hits = []
     for relevance, lexical_part, vec, fid in scored:
         if fid not in fields:  # deleted between the two reads

@@ -19,8 +19,8 @@ import Stemmer
 
 # Han ideographs (CJK unified, extension A, compatibility). Kana and Hangul are kept as
 # whole runs: jieba only knows Chinese.
-_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-_RUNS = re.compile(rf"[{_HAN}]+|[^\W_{_HAN}]+")
+HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_RUNS = re.compile(rf"[{HAN}]+|[^\W_{HAN}]+")
 _WORD = re.compile(r"[^\W_]+")
 _ASCII_WORD = re.compile(r"[a-z0-9]+")
 
@@ -70,7 +70,7 @@ _jieba_lock = threading.Lock()
 _rjieba: Any = None
 
 
-def _load_jieba() -> Any:
+def load_jieba() -> Any:
     """Import and initialize the Python jieba once per process, without its stderr chatter."""
     global _jieba
     if _jieba is None:
@@ -100,25 +100,12 @@ def cut_for_search(run: str) -> list[str]:
     """jieba's ``cut_for_search`` of one run of Han characters."""
     if _FAST_HAN.fullmatch(run):
         return _load_rjieba().cut_for_search(run)
-    return list(_load_jieba().cut_for_search(run))
+    return list(load_jieba().cut_for_search(run))
 
 
 def load_dictionary() -> None:
     """Load the segmenter's dictionary now (before forking the scanning processes)."""
     _load_rjieba()
-
-
-def warm(*, queries: bool = False) -> None:
-    """Load the dictionary, the token counter and, when hybrid search is on, the
-    embedding model now (before forking workers, which then share them, or at start-up):
-    every card write needs the first two, so a process that did not load them makes its
-    first write wait ~0.5 s for them. `queries`: the process serves searches too
-    (`vectors.warm`)."""
-    _load_rjieba()
-    from . import tokens, vectors
-
-    tokens.encoding()
-    vectors.warm(queries=queries)
 
 
 def tokenize(text: str) -> list[str]:
@@ -139,7 +126,7 @@ def _tokenize_runs(text: str) -> list[str]:
                 # Pieces of a run of Han characters: word characters, every one.
                 tokens.extend(_load_rjieba().cut_for_search(run))
                 continue
-            for word in _load_jieba().cut_for_search(run):
+            for word in load_jieba().cut_for_search(run):
                 # jieba can hand back punctuation or mixed pieces; keep word characters only.
                 tokens.extend(_WORD.findall(word))
         else:

@@ -50,7 +50,7 @@ def memory_root(tmp_path: Path, settings: Any) -> Iterator[Path]:
     A missing index is rebuilt in the background (`retrieval.indexdb`): reads wait for
     it here rather than answer 503 on a loaded machine, and no rebuild outlives its test."""
     from memoryadmin import api_service
-    from retrieval import indexdb
+    from retrieval import indexconn
 
     root = tmp_path / "memory"
     root.mkdir()
@@ -58,13 +58,13 @@ def memory_root(tmp_path: Path, settings: Any) -> Iterator[Path]:
     settings.MEMORY_INDEX_WAIT_SECONDS = 120.0
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}
     api_service._known_agents.clear()  # agents another test made known
-    indexdb.reset()
+    indexconn.reset()
     # An empty index for the empty store, as a fresh install's first read makes it: the
     # tests' first writes then go to it, not to a rebuild in the background.
-    indexdb.connection()
+    indexconn.connection()
     yield root
-    indexdb.wait_for_rebuilds()
-    indexdb.reset()
+    indexconn.wait_for_rebuilds()
+    indexconn.reset()
 
 
 @pytest.fixture(autouse=True)

@@ -33,9 +33,9 @@ def index_facts(data: dict[str, Any]) -> None:
     """Every fact of the set as an active card of one user × agent, same age and
     confidence (so only relevance orders them)."""
     from facts.storage.cardfile import Card, Source
-    from retrieval import index, indexdb
+    from retrieval import index, indexconn
 
-    indexdb.connection()  # an empty store's index is made by its first read; a write never waits for one
+    indexconn.connection()  # an empty store's index is made by its first read; a write never waits for one
     cards = [
         Card(
             id=fact_id(label),

@@ -205,10 +205,10 @@ def index_store(store: Store, dating: Dating) -> None:
     """Every unit of `store` as an active card in the current index (again with new
     dates when called again: the same ids are updated, vectors stay cached)."""
     from facts.storage.cardfile import Card, Source
-    from retrieval import index, indexdb
+    from retrieval import index, indexconn
 
     # An empty store's index is made by its first read; a write never waits for one.
-    indexdb.connection()
+    indexconn.connection()
     first = min(u.day for u in store.units.values())
     cards = []
     for user, ids in store.users.items():

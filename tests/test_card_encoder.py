@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from retrieval import card_encoder, vectors
+from retrieval import card_encoder, embedding, query_encoder
 
 TEXTS = [
     "User prefers concise answers with code examples",
@@ -29,15 +29,15 @@ TEXTS = [
 
 
 def _package_vectors(texts: list[str]) -> np.ndarray:
-    out = np.asarray(vectors.model().encode(texts), dtype=np.float32)
+    out = np.asarray(embedding.model().encode(texts), dtype=np.float32)
     return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
 def test_it_gives_the_packages_vectors(embeddings: None) -> None:
-    path = card_encoder.for_model(vectors.model())
+    path = card_encoder.for_model(embedding.model())
     assert path is not None
     got = path.encode(TEXTS)
-    assert got.dtype == np.float32 and got.shape == (len(TEXTS), vectors.DIM)
+    assert got.dtype == np.float32 and got.shape == (len(TEXTS), embedding.DIM)
     assert float(np.max(np.abs(got - _package_vectors(TEXTS)))) <= 1e-5
 
 
@@ -45,18 +45,18 @@ def test_a_batch_of_many_texts_spanning_micro_batches_gives_each_its_own_vector(
     rng = random.Random(39)
     words = "user prefers the tea deploys service logs 用户 喜欢 乌龙茶 部署 服务 日志 时区".split()
     texts = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 30))) for _ in range(300)]
-    path = card_encoder.for_model(vectors.model())
+    path = card_encoder.for_model(embedding.model())
     assert path is not None
     together = path.encode(texts)
     assert float(np.max(np.abs(together - _package_vectors(texts)))) <= 1e-5
     # A text's vector does not depend on the batch it came in.
     alone = np.stack([path.encode([text])[0] for text in texts[:20]])
     assert float(np.max(np.abs(together[:20] - alone))) <= 1e-5
-    assert path.encode([]).shape == (0, vectors.DIM)
+    assert path.encode([]).shape == (0, embedding.DIM)
 
 
 def test_cards_are_embedded_on_the_batch_path(embeddings: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert vectors._card_path() is not None  # made (and checked) before counting
+    assert embedding.card_path() is not None  # made (and checked) before counting
     seen: list[list[str]] = []
     real = card_encoder.CardEncoder.encode
 
@@ -65,7 +65,7 @@ def test_cards_are_embedded_on_the_batch_path(embeddings: None, monkeypatch: pyt
         return real(self, texts)
 
     monkeypatch.setattr(card_encoder.CardEncoder, "encode", counting)
-    out = vectors.embed(["User prefers tea", "用户喜欢乌龙茶"])
+    out = embedding.embed(["User prefers tea", "用户喜欢乌龙茶"])
     assert seen == [["User prefers tea", "用户喜欢乌龙茶"]]
     assert float(np.max(np.abs(out - _package_vectors(["User prefers tea", "用户喜欢乌龙茶"])))) <= 1e-5
 
@@ -77,9 +77,9 @@ def test_texts_are_cut_into_the_packages_pieces(embeddings: None) -> None:
     words = "Deploys deploy the user's PostgreSQL 16 naïve café ＦＵＬＬ 用户 乌龙茶 😀 - , . x".split()
     texts = TEXTS + [" ".join(rng.choice(words) for _ in range(rng.randint(0, 25))) for _ in range(500)]
     texts += ["  spaced   out  ", "\ttabs\nand lines", "a  ", "  "]
-    path = card_encoder.for_model(vectors.model())
+    path = card_encoder.for_model(embedding.model())
     assert path is not None
-    package = vectors.model()._tokenizer
+    package = embedding.model()._tokenizer
     for text in texts + texts:  # the second time from what it remembered
         assert path._tokenize(text) == package.encode(text, out_type=int, add_bos=True, add_eos=True), text
 
@@ -95,11 +95,11 @@ def test_a_changed_package_falls_back_to_its_own_encode(
     embeddings: None, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="retrieval.card_encoder"):
-        assert card_encoder.for_model(_Changed(vectors.model())) is None
+        assert card_encoder.for_model(_Changed(embedding.model())) is None
     assert "package's own encode" in caplog.text
-    vectors.model()
-    monkeypatch.setattr(vectors, "_batch", None)
-    out = vectors.embed(["用户在哪个时区"])
+    embedding.model()
+    monkeypatch.setattr(embedding, "_batch", None)
+    out = embedding.embed(["用户在哪个时区"])
     assert float(np.max(np.abs(out - _package_vectors(["用户在哪个时区"])))) <= 1e-6
 
 
@@ -111,7 +111,7 @@ def test_a_batch_path_whose_vectors_differ_is_not_used(
         card_encoder.CardEncoder, "encode", lambda self, texts: real(self, [t + " drift" for t in texts])
     )
     with caplog.at_level(logging.WARNING, logger="retrieval.card_encoder"):
-        assert card_encoder.for_model(vectors.model()) is None
+        assert card_encoder.for_model(embedding.model()) is None
     assert "differ from the package's" in caplog.text
 
 
@@ -121,19 +121,19 @@ def test_the_embedding_table_is_read_from_a_private_file_beside_the_index(embedd
     import os
     import stat
 
-    encoder = vectors.model()
+    encoder = embedding.model()
     texts = ["用户在哪个时区", "which database does the user use", "😀 rare 㳳襤 pieces"]
-    before = vectors.embed(texts)
-    query_before = vectors.query_encoder.for_model(encoder).encode(texts[0])
-    vectors._share_table(encoder)  # a second time: nothing changes
+    before = embedding.embed(texts)
+    query_before = query_encoder.for_model(encoder).encode(texts[0])
+    embedding._share_table(encoder)  # a second time: nothing changes
     table = encoder._model.table
-    assert isinstance(table, vectors.TableRows) and table.shape == (128010, 512)
+    assert isinstance(table, embedding.TableRows) and table.shape == (128010, 512)
     # Beside the index of the test that loaded the model first in this process.
     assert os.path.basename(os.path.dirname(table.filename)) == ".retrieval"
     assert os.path.basename(table.filename).startswith("usem3-table-")
     assert stat.S_IMODE(os.stat(table.filename).st_mode) == 0o600
-    assert np.array_equal(vectors.embed(texts), before)
-    query_after = vectors.query_encoder.for_model(encoder).encode(texts[0])
+    assert np.array_equal(embedding.embed(texts), before)
+    query_after = query_encoder.for_model(encoder).encode(texts[0])
     assert np.array_equal(query_after, query_before)
     with pytest.raises(IndexError):
         table[np.array([128010])]

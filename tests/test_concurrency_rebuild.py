@@ -10,10 +10,11 @@ import pytest
 
 from facts import mirror
 from facts.models import FactCard
+from facts.storage import snapshots
 from facts.storage.store import Bucket, Store
 from facts.storage.writer import delete_card, save_card, update_card
 from memoryadmin import rebuild
-from retrieval import index
+from retrieval import indexdrift
 
 pytestmark = pytest.mark.django_db
 
@@ -23,7 +24,7 @@ def writes_during_the_scan(monkeypatch, store: Store, make_card):
     """Make `rebuild`/`check` read the files, then let commits land before they apply."""
     seeded = [save_card(make_card(content=f"Seed fact {i}."), actor="seed") for i in range(3)]
     landed: dict[str, object] = {}
-    real = mirror.snapshot
+    real = snapshots.snapshot
 
     def snapshot_then_commits(*args, **kwargs):
         snap = real(*args, **kwargs)
@@ -37,7 +38,7 @@ def writes_during_the_scan(monkeypatch, store: Store, make_card):
             landed["deleted"] = seeded[1]
         return snap
 
-    monkeypatch.setattr(mirror, "snapshot", snapshot_then_commits)
+    monkeypatch.setattr(snapshots, "snapshot", snapshot_then_commits)
     return landed
 
 
@@ -50,12 +51,12 @@ def test_a_rebuild_keeps_commits_that_landed_while_it_ran(writes_during_the_scan
     assert not FactCard.objects.filter(id=landed["deleted"].id).exists()
     fresh = _fresh_snapshot(store)
     assert mirror.mirror_drift(fresh).clean
-    assert index.drift(fresh).clean, "the search index lost a commit made during the rebuild"
+    assert indexdrift.drift(fresh).clean, "the search index lost a commit made during the rebuild"
 
 
-def _fresh_snapshot(store: Store) -> mirror.FileSnapshot:
-    snap = mirror.FileSnapshot()
-    mirror.refresh(store, snap)
+def _fresh_snapshot(store: Store) -> snapshots.FileSnapshot:
+    snap = snapshots.FileSnapshot()
+    snapshots.refresh(store, snap)
     return snap
 
 
@@ -78,7 +79,7 @@ def test_refresh_reparses_only_what_changed(store: Store, make_card) -> None:
     untouched = snap.cards[cards[2].id]
     update_card(Bucket.of(cards[0]), cards[0].id, lambda c: c.model_copy(update={"content": "v2"}), actor="w")
     delete_card(cards[1], actor="w")
-    changed, gone = mirror.refresh(store, snap)
+    changed, gone = snapshots.refresh(store, snap)
     assert [c.id for c in changed] == [cards[0].id]
     assert [c.id for c in gone] == [cards[1].id]
     assert snap.cards[cards[2].id] is untouched

@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from facts.mirror import mirror_drift, snapshot
+from facts.mirror import mirror_drift
 from facts.models import AuditEvent, FactCard
 from facts.storage import atomic
 from facts.storage.errors import LockTimeout, RevisionConflict
+from facts.storage.snapshots import snapshot
 from facts.storage.store import Store
 from facts.storage.writer import Put, commit, save_card
 

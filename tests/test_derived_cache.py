@@ -11,7 +11,7 @@ import pytest
 
 from facts.storage.store import Store
 from facts.storage.writer import delete_card, save_card
-from retrieval import derived, index, vectors
+from retrieval import derived, embedding, indexconn
 from retrieval.search import search
 from tests.conftest import FIXED_NOW
 from tests.conftest import reindex_check as _check
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.django_db
 def work(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
     """The texts tokenized and embedded from now on."""
     seen: dict[str, list[str]] = {"tokenized": [], "embedded": []}
-    tokenize, embed = derived.document_terms, vectors.embed
+    tokenize, embed = derived.document_terms, embedding.embed
 
     def counting_tokenize(text: str) -> str:
         seen["tokenized"].append(text)
@@ -35,7 +35,7 @@ def work(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
         return embed(texts)
 
     monkeypatch.setattr(derived, "document_terms", counting_tokenize)
-    monkeypatch.setattr(vectors, "embed", counting_embed)
+    monkeypatch.setattr(embedding, "embed", counting_embed)
     return seen
 
 
@@ -76,7 +76,7 @@ def test_it_rebuilds_everything_again_with_no_cache(embeddings: None, make_card,
 def test_it_reports_a_corrupted_terms_entry_and_no_cache_repairs_it(make_card) -> None:
     card = save_card(make_card(content="Writes backend services in Go."), actor="t")
     save_card(make_card(content="Drinks coffee black."), actor="t")
-    conn = index.connection()
+    conn = indexconn.connection()
     conn.execute("UPDATE vc.terms SET terms = 'python' WHERE hash = ?", (derived.terms_hash(card.content),))
     assert _check()[0] == 1
     assert _check()[1]["cache"] == {"missing": [], "extra": [], "changed": [card.id]}
@@ -89,9 +89,9 @@ def test_it_reports_a_corrupted_terms_entry_and_no_cache_repairs_it(make_card) -
 
 def test_it_reports_a_corrupted_vector_entry(embeddings: None, make_card) -> None:
     card = save_card(make_card(content="Lives in Berlin, in the Central European time zone."), actor="t")
-    conn = index.connection()
-    garbage = np.full(vectors.DIM, np.nan, dtype=np.float16).tobytes()
-    conn.execute("UPDATE vc.vectors SET vec = ? WHERE hash = ?", (garbage, vectors.content_hash(card.content)))
+    conn = indexconn.connection()
+    garbage = np.full(embedding.DIM, np.nan, dtype=np.float16).tobytes()
+    conn.execute("UPDATE vc.vectors SET vec = ? WHERE hash = ?", (garbage, embedding.content_hash(card.content)))
     code, report = _check()
     assert code == 1 and report["cache"]["changed"] == [card.id]
     _reindex("--no-cache")
@@ -102,7 +102,7 @@ def test_erasing_a_card_leaves_none_of_its_words_in_the_cache(make_card) -> None
     card = save_card(make_card(content="Secret project codename Bluebird."), actor="t")
     keep = save_card(make_card(content="Prefers tabs."), actor="t")
     delete_card(card, actor="t")
-    rows = [terms for (terms,) in index.connection().execute("SELECT terms FROM vc.terms")]
+    rows = [terms for (terms,) in indexconn.connection().execute("SELECT terms FROM vc.terms")]
     assert rows == [derived.document_terms(keep.content)]
     assert not any("bluebird" in terms for terms in rows)
 
@@ -114,7 +114,7 @@ def test_it_keeps_the_cache_beside_a_machine_local_index(
     the shared file root; a rebuild on this machine still reuses it."""
     local = tmp_path / "machine-local"
     shutil.rmtree(settings.MEMORY_ROOT / ".retrieval")  # the empty one the fixture made
-    index.reset()
+    indexconn.reset()
     settings.MEMORY_INDEX_DIR = str(local)
     derived.close_reader()
     save_card(make_card(content="Deploys with blue-green switches."), actor="t")

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-import facts
+from facts.demo import DEMO_FILE
 from facts.intake.filtering import Row
 from facts.intake.queue import record_turn
 from facts.judging.extraction import ExtractionError, active_extractor, extract
@@ -102,7 +102,7 @@ def test_on_the_demo_conversations_it_keeps_only_what_their_labels_keep() -> Non
             if p.kind == "fact" and p.valid and not gate.judge_fact(p.value, rows, project_id=project_id, threshold=0.7)  # type: ignore[arg-type]
         }
 
-    demo = Path(facts.__file__).parent / "demo_data" / "demo.jsonl"
+    demo = DEMO_FILE  # the demo the product loads (facts/demo_data/)
     found = labelled = 0
     for line in demo.read_text(encoding="utf-8").splitlines():
         turn = json.loads(line)

@@ -27,7 +27,7 @@ from facts.storage.fileread import ReadRefused, read_bounded
 from facts.storage.store import Store
 from facts.storage.writer import save_card
 from memoryadmin import rebuild
-from retrieval import index
+from retrieval import indexconn
 from tests.conftest import reindex_check
 
 from .helpers_reliability.procs import Env
@@ -155,7 +155,7 @@ def test_a_hand_edited_card_over_the_limit_is_named_and_not_indexed(
     [(rel, error)] = result.unreadable
     assert rel == store.relative(path)
     assert error.startswith("the card is 8,") and "over the limit of 4,096 (MEMORY_MAX_CARD_BYTES)" in error
-    assert card.id not in {row[0] for row in index.connection().execute("SELECT id FROM cards")}
+    assert card.id not in {row[0] for row in indexconn.connection().execute("SELECT id FROM cards")}
 
 
 def test_an_archive_holding_a_card_over_the_limit_is_refused_naming_it(

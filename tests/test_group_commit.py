@@ -18,7 +18,7 @@ from django.core.management import CommandError, call_command
 from facts.demo import DEMO_FILE
 from facts.intake.turns import clean_turn
 from facts.judging.pipeline import run_replays
-from facts.mirror import mirror_drift, snapshot
+from facts.mirror import mirror_drift
 from facts.models import (
     Candidate,
     ExtractedMessage,
@@ -30,6 +30,7 @@ from facts.models import (
     Turn,
 )
 from facts.storage import atomic
+from facts.storage.snapshots import snapshot
 from facts.storage.store import get_store
 from tests.factories import fact_candidate
 

@@ -16,7 +16,7 @@ from facts.storage.profilefile import Section
 from facts.storage.store import Store
 from facts.storage.writer import commit_profile, save_card
 from memoryadmin.models import ApiKey
-from retrieval import index
+from retrieval import reads
 from retrieval.render import render_context
 from retrieval.search import memory_search_json, search
 
@@ -49,11 +49,11 @@ def seeded(make_card) -> dict[str, Any]:
 
 @pytest.mark.parametrize("query", FTS_AND_SQL)
 def test_fts_syntax_and_sql_in_a_query_are_only_words(seeded, query: str) -> None:
-    before = index.count()
+    before = reads.count()
     hits = search(query, user_id="alice", agent_name="coder", limit=10)
     assert all(hit.id == seeded["alice"].id for hit in hits)
     json.loads(memory_search_json(query, user_id="alice", agent_name="coder"))
-    assert index.count() == before, "a query changed the index"
+    assert reads.count() == before, "a query changed the index"
 
 
 @settings(max_examples=examples(150), suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -14,7 +14,7 @@ from django.core.management.base import CommandError
 
 from facts.storage.store import Bucket, Store
 from facts.storage.writer import delete_card, save_card, update_card
-from retrieval import index, vectors
+from retrieval import embedding, embedmany, indexconn, vectorcache
 from retrieval.search import memory_search_json, search
 from tests.conftest import FIXED_NOW
 from tests.conftest import reindex_check as _check
@@ -27,7 +27,7 @@ def _found(query: str, user: str = "alice") -> list[str]:
 
 
 def _cached_hashes() -> set[str]:
-    return {h for (h,) in index.connection().execute("SELECT hash FROM vc.vectors")}
+    return {h for (h,) in indexconn.connection().execute("SELECT hash FROM vc.vectors")}
 
 
 def test_it_finds_an_english_fact_for_a_chinese_question(embeddings: None, make_card) -> None:
@@ -59,11 +59,11 @@ def test_vector_search_never_crosses_users(embeddings: None, make_card) -> None:
 
 def test_an_edit_re_embeds_the_card_and_drops_the_old_vector(embeddings: None, make_card) -> None:
     card = save_card(make_card(content="User deploys on Fridays."), actor="t")
-    old = vectors.content_hash(card.content)
+    old = embedding.content_hash(card.content)
     assert old in _cached_hashes()
     update_card(Bucket.of(card), card.id, lambda c: c.model_copy(update={"content": "用户喜欢喝乌龙茶。"}), actor="t")
     assert old not in _cached_hashes()
-    assert vectors.content_hash("用户喜欢喝乌龙茶。") in _cached_hashes()
+    assert embedding.content_hash("用户喜欢喝乌龙茶。") in _cached_hashes()
     assert _found("favourite tea") == [card.id]
     assert _check()[0] == 0
 
@@ -71,7 +71,7 @@ def test_an_edit_re_embeds_the_card_and_drops_the_old_vector(embeddings: None, m
 def test_deleting_a_card_deletes_its_vector(embeddings: None, make_card, store: Store) -> None:
     card = save_card(make_card(content="Is allergic to peanuts."), actor="t")
     delete_card(card, actor="t")
-    assert vectors.content_hash("Is allergic to peanuts.") not in _cached_hashes()
+    assert embedding.content_hash("Is allergic to peanuts.") not in _cached_hashes()
     assert _found("food allergies") == []
 
 
@@ -79,8 +79,8 @@ def test_reindex_check_reports_vector_drift_and_reindex_repairs_it(embeddings: N
     lost = save_card(make_card(content="Keeps notes in Obsidian."), actor="t")
     stale = save_card(make_card(content="Runs 5 km every morning."), actor="t")
     save_card(make_card(content="Drinks oolong tea."), actor="t")
-    conn = index.connection()
-    conn.execute("DELETE FROM vc.vectors WHERE hash = ?", (vectors.content_hash(lost.content),))
+    conn = indexconn.connection()
+    conn.execute("DELETE FROM vc.vectors WHERE hash = ?", (embedding.content_hash(lost.content),))
     conn.execute("UPDATE cards SET vhash = 'x' WHERE id = ?", (stale.id,))
     code, report = _check()
     assert code == 1
@@ -97,17 +97,17 @@ def test_a_rebuild_embeds_only_texts_it_has_not_seen(
     for n in range(4):
         save_card(make_card(content=f"Fact number {n} about deployments."), actor="t")
     embedded: list[str] = []
-    real = vectors.embed
+    real = embedding.embed
 
     def counting(texts):
         embedded.extend(texts)
         return real(texts)
 
-    monkeypatch.setattr(vectors, "embed", counting)
+    monkeypatch.setattr(embedding, "embed", counting)
     call_command("reindex", "--no-progress", stdout=StringIO())
     assert embedded == []
-    index.connection().execute("DELETE FROM vc.vectors")  # the cache file lost
-    vectors._recent.clear()  # and the process that wrote the cards gone
+    indexconn.connection().execute("DELETE FROM vc.vectors")  # the cache file lost
+    vectorcache._recent.clear()  # and the process that wrote the cards gone
     call_command("reindex", "--no-progress", stdout=StringIO())
     assert len(embedded) == 4
     call_command("reindex", "--no-progress", "--no-cache", stdout=StringIO())
@@ -121,31 +121,31 @@ def test_a_first_index_embeds_on_worker_processes_while_the_mirror_is_written(
     from memoryadmin import rebuild
 
     cards = [save_card(make_card(content=f"用户的第{n}个事实 about deployments {n}."), actor="t") for n in range(7)]
-    index.connection().execute("DELETE FROM vc.vectors")  # a first index: nothing cached
-    vectors._recent.clear()
+    indexconn.connection().execute("DELETE FROM vc.vectors")  # a first index: nothing cached
+    vectorcache._recent.clear()
     # Few cards: let them go through the worker processes anyway, two a batch.
-    monkeypatch.setattr(vectors, "PARALLEL_MIN_TEXTS", 1)
-    monkeypatch.setattr(vectors, "PARALLEL_BATCH", 2)
+    monkeypatch.setattr(embedmany, "PARALLEL_MIN_TEXTS", 1)
+    monkeypatch.setattr(embedmany, "PARALLEL_BATCH", 2)
     in_parent: list[str] = []
-    real = vectors.embed
+    real = embedding.embed
 
     def counting(texts):
         in_parent.extend(texts)  # the workers' calls happen in their own processes
         return real(texts)
 
-    monkeypatch.setattr(vectors, "embed", counting)
+    monkeypatch.setattr(embedding, "embed", counting)
     phases: list[str] = []
     counts: list[tuple[int, int]] = []
     result = rebuild.rebuild(phase=phases.append, progress=lambda done, total: counts.append((done, total)))
     assert phases == ["files", "mirror", "embedding", "index", "catch-up"]
     assert result.extra["embedded"] == 7 and counts[-1] == (7, 7)
     assert in_parent == [], "embedded in this process instead of the workers"
-    assert {vectors.content_hash(card.content) for card in cards} <= _cached_hashes()
+    assert {embedding.content_hash(card.content) for card in cards} <= _cached_hashes()
     assert _found("用户的第3个事实")[0] == cards[3].id
     assert _check()[0] == 0
     # The vectors are the batch path's, as the write path made them.
-    rows = dict(index.connection().execute("SELECT hash, vec FROM vc.vectors"))
-    made = vectors.from_blobs([rows[vectors.content_hash(card.content)] for card in cards])
+    rows = dict(indexconn.connection().execute("SELECT hash, vec FROM vc.vectors"))
+    made = embedding.from_blobs([rows[embedding.content_hash(card.content)] for card in cards])
     assert float(abs(made - real([card.content for card in cards])).max()) <= 1e-3
 
 
@@ -153,7 +153,7 @@ def test_a_warm_rebuild_starts_no_worker_to_embed(embeddings: None, make_card, m
     from memoryadmin import rebuild
 
     save_card(make_card(content="Prefers dark mode."), actor="t")
-    monkeypatch.setattr(vectors, "PARALLEL_MIN_TEXTS", 1)
+    monkeypatch.setattr(embedmany, "PARALLEL_MIN_TEXTS", 1)
     phases: list[str] = []
     rebuild.rebuild(phase=phases.append)
     assert phases == ["files", "mirror", "index", "catch-up"]
@@ -172,11 +172,11 @@ def test_turning_embeddings_on_shows_drift_until_reindex(make_card, settings) ->
 
 def test_search_and_writes_survive_a_broken_model(embeddings: None, make_card, monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(texts):
-        raise vectors.EmbeddingUnavailable("model file damaged")
+        raise embedding.EmbeddingUnavailable("model file damaged")
 
-    monkeypatch.setattr(vectors, "embed", broken)
-    monkeypatch.setattr(vectors, "embed_query", broken)
-    vectors._query_vector.cache_clear()
+    monkeypatch.setattr(embedding, "embed", broken)
+    monkeypatch.setattr(embedding, "embed_query", broken)
+    embedding._query_vector.cache_clear()
     card = save_card(make_card(content="Uses Redis as a cache."), actor="t")
     assert _found("Redis cache") == [card.id]  # lexical answer
     code, report = _check()
@@ -220,9 +220,9 @@ def test_doctor_checks_that_the_model_loads(embeddings: None, monkeypatch: pytes
     assert found["level"] == "ok" and "512 dimensions" in found["message"]
 
     def broken(texts):
-        raise vectors.EmbeddingUnavailable("cannot load the embedding model")
+        raise embedding.EmbeddingUnavailable("cannot load the embedding model")
 
-    monkeypatch.setattr(vectors, "embed", broken)
+    monkeypatch.setattr(embedding, "embed", broken)
     found = _doctor_embeddings()
     assert found["level"] == "fail" and "MEMORY_EMBEDDINGS=off" in found["message"]
 
@@ -235,9 +235,9 @@ def test_erasing_a_user_leaves_no_vector_of_their_words(embeddings: None, make_c
     save_card(make_card(user_id="xena", content=secret), actor="t")
     kept = save_card(make_card(user_id="yuri", content="Yuri prefers green tea."), actor="t")
     erase(Scope.of("xena"), actor="tester")
-    assert _cached_hashes() == {vectors.content_hash(kept.content)}
+    assert _cached_hashes() == {embedding.content_hash(kept.content)}
     raw = (memory_root / ".retrieval" / "vectors.sqlite3").read_bytes()
-    assert vectors.content_hash(secret).encode() not in raw, "the scrub leaves no deleted row behind"
+    assert embedding.content_hash(secret).encode() not in raw, "the scrub leaves no deleted row behind"
 
 
 @pytest.mark.parametrize("query", ['"; DROP TABLE cards; --', "NEAR(a b)", "\ud800 lone surrogate", "   ", "x" * 5000])
@@ -255,17 +255,17 @@ def test_a_rebuild_that_fails_while_cards_are_embedded_stops_the_workers(
 
     for n in range(3):
         save_card(make_card(content=f"Fact {n} about the failing rebuild."), actor="t")
-    index.connection().execute("DELETE FROM vc.vectors")
-    vectors._recent.clear()
-    monkeypatch.setattr(vectors, "PARALLEL_MIN_TEXTS", 1)
-    started: list[vectors.Embedding] = []
-    real = vectors.Embedding.__init__
+    indexconn.connection().execute("DELETE FROM vc.vectors")
+    vectorcache._recent.clear()
+    monkeypatch.setattr(embedmany, "PARALLEL_MIN_TEXTS", 1)
+    started: list[embedmany.Embedding] = []
+    real = embedmany.Embedding.__init__
 
     def recording(self, *args, **kwargs):
         real(self, *args, **kwargs)
         started.append(self)
 
-    monkeypatch.setattr(vectors.Embedding, "__init__", recording)
+    monkeypatch.setattr(embedmany.Embedding, "__init__", recording)
 
     def broken(*args, **kwargs):
         raise RuntimeError("disk full")

@@ -18,7 +18,7 @@ from facts.storage import sqlitegen
 from facts.storage.store import Bucket, Store
 from facts.storage.writer import delete_card, save_card, update_card
 from memoryadmin import rebuild
-from retrieval import index
+from retrieval import indexconn, indexdb, indexpaths, indexrows, indexwrite, reads
 from retrieval.search import search
 from tests.conftest import FIXED_NOW
 from tests.conftest import reindex_check as _check
@@ -27,15 +27,15 @@ pytestmark = pytest.mark.django_db
 
 
 def _rows() -> list[tuple]:
-    conn = index.connection()
-    cards = conn.execute(f"SELECT {index._COLUMNS} FROM cards ORDER BY id").fetchall()
+    conn = indexconn.connection()
+    cards = conn.execute(f"SELECT {indexrows.COLUMNS} FROM cards ORDER BY id").fetchall()
     df = conn.execute("SELECT term, n FROM df ORDER BY term").fetchall()
     stats = conn.execute("SELECT name, value FROM stats ORDER BY name").fetchall()
     return [cards, df, stats]  # type: ignore[list-item]
 
 
 def _ids() -> set[str]:
-    return {row[0] for row in index.connection().execute("SELECT id FROM cards")}
+    return {row[0] for row in indexconn.connection().execute("SELECT id FROM cards")}
 
 
 def _found(query: str, **scope: Any) -> list[str]:
@@ -100,7 +100,7 @@ def test_a_rebuild_from_the_files_equals_the_incremental_index(make_card) -> Non
     _history(make_card)
     incremental = _rows()
     assert incremental[0], "the history left cards in the index"
-    index.connection().execute("DELETE FROM cards")
+    indexconn.connection().execute("DELETE FROM cards")
     call_command("reindex", "--no-progress", stdout=StringIO())
     assert _rows() == incremental
 
@@ -108,65 +108,65 @@ def test_a_rebuild_from_the_files_equals_the_incremental_index(make_card) -> Non
 def test_a_deleted_index_is_rebuilt_in_the_background_and_never_read_as_empty(make_card, settings) -> None:
     card = save_card(make_card(content="User prefers dark mode"), actor="t")
     assert _found("dark mode") == [card.id]
-    shutil.rmtree(index.index_path().parent)  # by hand, while this process holds a connection
+    shutil.rmtree(indexpaths.index_path().parent)  # by hand, while this process holds a connection
     settings.MEMORY_INDEX_WAIT_SECONDS = 0
-    with pytest.raises(index.IndexUnavailable, match="missing: it is being rebuilt from the files"):
+    with pytest.raises(indexdb.IndexUnavailable, match="missing: it is being rebuilt from the files"):
         _found("dark mode")
-    index.wait_for_rebuilds()
+    indexconn.wait_for_rebuilds()
     assert _found("dark mode") == [card.id]
-    assert index.index_path().is_symlink() and index.index_path().exists()
+    assert indexpaths.index_path().is_symlink() and indexpaths.index_path().exists()
 
 
 def test_a_reader_waits_a_moment_for_the_rebuild_it_started(make_card) -> None:
     card = save_card(make_card(content="User prefers light mode"), actor="t")
-    index.connection()
-    index.reset()
-    index.index_path().unlink()
+    indexconn.connection()
+    indexconn.reset()
+    indexpaths.index_path().unlink()
     assert _found("light mode") == [card.id]  # within MEMORY_INDEX_WAIT_SECONDS
 
 
 def test_a_corrupt_index_file_is_replaced_by_a_new_generation(make_card) -> None:
     card = save_card(make_card(content="User prefers light mode"), actor="t")
-    index.connection()
-    index.reset()
-    old = sqlitegen.target(index.index_path())
-    assert old is not None and old != index.index_path()
+    indexconn.connection()
+    indexconn.reset()
+    old = sqlitegen.target(indexpaths.index_path())
+    assert old is not None and old != indexpaths.index_path()
     old.write_bytes(b"this is not a database" * 100)
     assert _found("light mode") == [card.id]
-    new = sqlitegen.target(index.index_path())
+    new = sqlitegen.target(indexpaths.index_path())
     assert new is not None and new != old
 
 
 def test_an_index_corrupted_under_an_open_connection_is_rebuilt(make_card) -> None:
     card = save_card(make_card(content="User prefers vim"), actor="t")
-    index.connection().execute("DROP TABLE cards")
+    indexconn.connection().execute("DROP TABLE cards")
     assert _found("vim") == [card.id]
 
 
 def test_a_commit_made_while_the_index_is_rebuilt_is_in_the_new_one(make_card, settings) -> None:
     first = save_card(make_card(content="User prefers tea"), actor="t")
-    index.connection()
-    index.reset()
-    index.index_path().unlink()
+    indexconn.connection()
+    indexconn.reset()
+    indexpaths.index_path().unlink()
     settings.MEMORY_INDEX_WAIT_SECONDS = 0
-    with pytest.raises(index.IndexUnavailable):
+    with pytest.raises(indexdb.IndexUnavailable):
         _found("tea")
     second = save_card(make_card(content="User prefers green tea"), actor="t")  # the hook finds no index
-    index.wait_for_rebuilds()
+    indexconn.wait_for_rebuilds()
     assert sorted(_found("tea")) == sorted([first.id, second.id])
 
 
 def test_the_connection_is_reused_within_a_thread(make_card) -> None:
     save_card(make_card(), actor="t")
-    assert index.connection() is index.connection()
+    assert indexconn.connection() is indexconn.connection()
 
 
 def test_a_failing_index_update_never_fails_the_write(make_card, monkeypatch, caplog) -> None:
     def broken(*args, **kwargs):
         raise sqlite3.OperationalError("disk I/O error")
 
-    index.connection()  # the index exists: the update itself fails
-    monkeypatch.setattr(index, "_apply", broken)
+    indexconn.connection()  # the index exists: the update itself fails
+    monkeypatch.setattr(indexwrite, "apply", broken)
     card = save_card(make_card(content="User prefers emacs"), actor="t")
     assert card.revision == 1
     assert "search index update failed" in caplog.text
@@ -174,21 +174,21 @@ def test_a_failing_index_update_never_fails_the_write(make_card, monkeypatch, ca
 
 def test_updates_and_searches_use_indexed_lookups(make_card) -> None:
     save_card(make_card(), actor="t")
-    conn = index.connection()
+    conn = indexconn.connection()
     plan = " ".join(str(r) for r in conn.execute("EXPLAIN QUERY PLAN SELECT rid FROM cards WHERE id = ?", ("x",)))
     assert "USING INDEX" in plan or "USING COVERING INDEX" in plan
-    assert index._match(["rust"], ["u\x1falice\x1fcoder"]).startswith('scope : ("s')
+    assert reads._match(["rust"], ["u\x1falice\x1fcoder"]).startswith('scope : ("s')
 
 
 def test_reindex_check_reports_index_drift(make_card, store: Store) -> None:
     missing = save_card(make_card(content="missing from the index"), actor="t")
     changed = save_card(make_card(content="changed by hand"), actor="t")
     save_card(make_card(content="in step"), actor="t")
-    conn = index.connection()
+    conn = indexconn.connection()
     conn.execute("DELETE FROM cards WHERE id = ?", (missing.id,))
     conn.execute("UPDATE cards SET sig = 'x' WHERE id = ?", (changed.id,))
     conn.execute(
-        f"INSERT INTO cards ({index._COLUMNS}) VALUES ({', '.join('?' * 19)})",
+        f"INSERT INTO cards ({indexrows.COLUMNS}) VALUES ({', '.join('?' * 19)})",
         ("fact_aaaaaaaaaaaa", *(["x"] * 14), None, None, None, 1),
     )
     code, report = _check()
@@ -202,12 +202,12 @@ def test_reindex_check_reports_index_drift(make_card, store: Store) -> None:
 
 def test_reindex_check_reports_a_missing_index_without_building_it(make_card) -> None:
     card = save_card(make_card(), actor="t")
-    index.connection()
-    index.reset()
-    index.index_path().unlink()
+    indexconn.connection()
+    indexconn.reset()
+    indexpaths.index_path().unlink()
     report = rebuild.check()
     assert report.parts["index"].missing == [card.id]
-    assert not index.index_path().exists()
+    assert not indexpaths.index_path().exists()
 
 
 def test_reindex_reports_how_many_cards_it_indexed(make_card) -> None:
@@ -222,7 +222,7 @@ def test_both_files_commit_without_an_fsync_each(make_card) -> None:
     """The attached cache had SQLite's default (FULL): an fsync at every commit, most of
     a single-card update's time. Both are derived data: NORMAL."""
     save_card(make_card(), actor="t")
-    conn = index.connection()
+    conn = indexconn.connection()
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1
     assert conn.execute("PRAGMA vc.synchronous").fetchone()[0] == 1
 
@@ -236,7 +236,7 @@ def test_the_wal_is_checkpointed_once_writes_pause(make_card, monkeypatch: pytes
     checkpoints: list[float] = []
     real = indexdb._checkpoint
     monkeypatch.setattr(indexdb, "_checkpoint", lambda path: (checkpoints.append(time.monotonic()), real(path)))
-    index.connection()  # the index exists: the writes go to it
+    indexconn.connection()  # the index exists: the writes go to it
     started = time.monotonic()
     for n in range(5):  # a burst: none while it lasts
         save_card(make_card(content=f"fact number {n}"), actor="t")
@@ -250,11 +250,11 @@ def test_the_wal_is_checkpointed_once_writes_pause(make_card, monkeypatch: pytes
 
 def test_a_dashboard_page_reading_a_missing_index_says_so_with_503(make_card, settings, admin_client_) -> None:
     save_card(make_card(content="User prefers dark mode"), actor="t")
-    index.connection()
-    index.reset()
-    shutil.rmtree(index.index_path().parent)
+    indexconn.connection()
+    indexconn.reset()
+    shutil.rmtree(indexpaths.index_path().parent)
     settings.MEMORY_INDEX_WAIT_SECONDS = 0
     page = admin_client_.get("/search/", {"user": "alice", "agent": "coder", "q": "dark mode"})
     assert page.status_code == 503 and page["Retry-After"] == "5"
     assert "it is being rebuilt from the files" in page.content.decode()
-    index.wait_for_rebuilds()
+    indexconn.wait_for_rebuilds()

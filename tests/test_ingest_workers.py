@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from facts.intake.turns import clean_turn
-from facts.management.commands.ingest import _split
+from memoryadmin.management.commands.ingest import _split
 from tests.factories import fact_candidate
 
 BASE_DIR = Path(__file__).resolve().parent.parent

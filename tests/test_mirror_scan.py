@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from facts import mirror
+from facts.storage import scan
 from facts.storage.cardfile import Card, Source, _parse_card_yaml, dump_card, parse_card_fast
 from facts.storage.store import Store
 from retrieval.tokenize import document_terms
@@ -110,9 +110,9 @@ def test_the_parallel_scan_walks_in_the_stores_order(tmp_path: Path) -> None:
     (tmp_path / "users" / "stray.md").write_text("not a card")
     expected = [store.relative(p) for p in store.card_files()]
     with multiprocessing.get_context("fork").Pool(2) as pool:
-        assert mirror._card_rels(store, pool) == expected
-    assert mirror._card_rels(store) == expected
-    scanned = list(mirror.scan_cards(store, workers=2))
+        assert scan._card_rels(store, pool) == expected
+    assert scan._card_rels(store) == expected
+    scanned = list(scan.scan_cards(store, workers=2))
     assert [s.rel for s in scanned] == expected
     assert sum(1 for s in scanned if s.card is not None) == 210
     # The read side's tokens, computed in the scanning processes, are what it computes itself.

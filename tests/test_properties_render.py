@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from facts.models import FactCard
 from facts.storage.profilefile import Section
 from facts.storage.writer import Delete, Put, commit, commit_profile
-from retrieval.render import as_written, render_context
+from retrieval.factline import as_written
+from retrieval.render import render_context
 from retrieval.tokens import count_tokens
 
 from .helpers_reliability.fuzz import examples

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from retrieval import query_encoder, vectors
+from retrieval import embedding, query_encoder
 
 TEXTS = [
     "which database does the billing service use",
@@ -26,21 +26,21 @@ TEXTS = [
 
 
 def _package_vectors(texts: list[str]) -> np.ndarray:
-    out = np.asarray(vectors.model().encode(texts), dtype=np.float32)
+    out = np.asarray(embedding.model().encode(texts), dtype=np.float32)
     return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
 def test_it_gives_the_packages_vectors(embeddings: None) -> None:
-    single = query_encoder.for_model(vectors.model())
+    single = query_encoder.for_model(embedding.model())
     assert single is not None
     for text, expected in zip(TEXTS, _package_vectors(TEXTS), strict=True):
         got = single.encode(text)
-        assert got.dtype == np.float32 and got.shape == (vectors.DIM,)
+        assert got.dtype == np.float32 and got.shape == (embedding.DIM,)
         assert float(np.max(np.abs(got - expected))) <= query_encoder.TOLERANCE, text[:40]
 
 
 def test_a_search_embeds_its_query_on_the_one_text_path(embeddings: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert vectors.query_path() == "single"
+    assert embedding.query_path() == "single"
     seen: list[str] = []
     real = query_encoder.QueryEncoder.encode
 
@@ -49,11 +49,11 @@ def test_a_search_embeds_its_query_on_the_one_text_path(embeddings: None, monkey
         return real(self, text)
 
     monkeypatch.setattr(query_encoder.QueryEncoder, "encode", counting)
-    vectors._query_vector.cache_clear()
-    vec = vectors.query_vector("时区 and logs")
+    embedding._query_vector.cache_clear()
+    vec = embedding.query_vector("时区 and logs")
     assert seen == ["时区 and logs"]
     assert float(np.max(np.abs(vec - _package_vectors(["时区 and logs"])[0]))) <= query_encoder.TOLERANCE
-    vectors._query_vector.cache_clear()
+    embedding._query_vector.cache_clear()
 
 
 class _Changed:
@@ -65,7 +65,7 @@ class _Changed:
 
 def test_a_changed_package_falls_back_to_its_own_encode(embeddings: None, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="retrieval.query_encoder"):
-        assert query_encoder.for_model(_Changed(vectors.model())) is None
+        assert query_encoder.for_model(_Changed(embedding.model())) is None
     assert "batch path" in caplog.text
 
 
@@ -75,15 +75,15 @@ def test_a_one_text_path_whose_vectors_differ_is_not_used(
     real = query_encoder.QueryEncoder.encode
     monkeypatch.setattr(query_encoder.QueryEncoder, "encode", lambda self, text: real(self, text + " drift"))
     with caplog.at_level(logging.WARNING, logger="retrieval.query_encoder"):
-        assert query_encoder.for_model(vectors.model()) is None
+        assert query_encoder.for_model(embedding.model()) is None
     assert "differ from the package's" in caplog.text
 
 
 def test_without_the_one_text_path_queries_still_embed(embeddings: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    vectors.model()
-    monkeypatch.setattr(vectors, "_single", None)
-    vectors._query_vector.cache_clear()
-    assert vectors.query_path() == "batch"
-    vec = vectors.query_vector("用户在哪个时区")
+    embedding.model()
+    monkeypatch.setattr(embedding, "_single", None)
+    embedding._query_vector.cache_clear()
+    assert embedding.query_path() == "batch"
+    vec = embedding.query_vector("用户在哪个时区")
     assert float(np.max(np.abs(vec - _package_vectors(["用户在哪个时区"])[0]))) <= 1e-6
-    vectors._query_vector.cache_clear()
+    embedding._query_vector.cache_clear()

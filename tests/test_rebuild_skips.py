@@ -11,6 +11,7 @@ from django.core.management import call_command
 
 from facts import mirror
 from facts.models import FactCard
+from facts.storage import snapshots
 from facts.storage.store import Store
 from facts.storage.writer import save_card
 
@@ -23,14 +24,14 @@ def test_it_catches_a_hand_edit_made_after_the_scan_even_with_an_old_mtime(
     card = save_card(make_card(content="Prefers spaces."), actor="seed")
     other = save_card(make_card(content="Likes tea."), actor="seed")
     # No margin: only the file's ctime against the scan's start decides.
-    monkeypatch.setattr(mirror, "_CTIME_MARGIN_NS", 0)
-    snap = mirror.snapshot(store)
+    monkeypatch.setattr(snapshots, "_CTIME_MARGIN_NS", 0)
+    snap = snapshots.snapshot(store)
     path = store.card_path(card)
     before = os.stat(path)
     # Copied back from somewhere with its old times kept (cp -p, rsync -t, tar).
     path.write_text(path.read_text().replace("Prefers spaces.", "Prefers tabs."))
     os.utime(path, ns=(before.st_atime_ns - 10**12, before.st_mtime_ns - 10**12))
-    changed, gone = mirror.refresh(store, snap)
+    changed, gone = snapshots.refresh(store, snap)
     assert [c.content for c in changed] == ["Prefers tabs."]
     assert gone == []
     assert snap.cards[other.id].card.content == "Likes tea."
@@ -61,13 +62,13 @@ def test_a_tampered_mirror_row_is_put_right_by_reindex_no_cache(make_card) -> No
 
 
 def test_a_hand_edited_card_is_tokenized_once_by_reindex(store: Store, make_card, monkeypatch) -> None:
-    from retrieval import derived, index
+    from retrieval import derived, indexrows
     from retrieval.search import search
 
     card = save_card(make_card(content="Prefers spaces."), actor="seed")
     path = store.card_path(card)
     path.write_text(path.read_text().replace("Prefers spaces.", "Prefers tabs, edited by hand."))
-    index._recent_terms.clear()
+    indexrows._recent_terms.clear()
     seen: list[str] = []
     real = derived.document_terms
 

@@ -10,7 +10,7 @@ import pytest
 from facts.erasure.run import erase
 from facts.erasure.scope import Scope
 from facts.storage.writer import save_card
-from retrieval import index
+from retrieval import indexconn
 
 pytestmark = pytest.mark.django_db
 
@@ -19,8 +19,8 @@ def test_it_leaves_no_byte_of_an_erased_user_in_a_local_index(
     settings: Any, tmp_path: Path, memory_root: Path, make_card
 ) -> None:
     settings.MEMORY_INDEX_DIR = str(tmp_path / "local-index")
-    index.reset()
-    index.connection()
+    indexconn.reset()
+    indexconn.connection()
     secret = "Xenaphobicword keeps her passport in the blue folder."
     save_card(make_card(user_id="xena", content=secret), actor="t")
     save_card(make_card(user_id="yuri", content="Yuri prefers green tea."), actor="t")
@@ -28,7 +28,7 @@ def test_it_leaves_no_byte_of_an_erased_user_in_a_local_index(
     erase(Scope.of("xena"), actor="tester")
     for path in (tmp_path / "local-index").iterdir():
         assert b"xenaphobicword" not in path.read_bytes().lower(), path.name
-    index.reset()
+    indexconn.reset()
 
 
 def test_another_machines_follower_drops_and_scrubs_an_erased_user(
@@ -41,11 +41,11 @@ def test_another_machines_follower_drops_and_scrubs_an_erased_user(
 
     def on(machine: Path) -> None:
         settings.MEMORY_INDEX_DIR = str(machine)
-        index.reset()
+        indexconn.reset()
 
     on(machine_b)
     follower = Follower.from_now()
-    index.connection()
+    indexconn.connection()
     on(machine_a)
     save_card(make_card(user_id="xena", content="Xenaphobicword keeps her passport in the blue folder."), actor="t")
     on(machine_b)
@@ -58,7 +58,7 @@ def test_another_machines_follower_drops_and_scrubs_an_erased_user(
     follower.poll()
     for path in machine_b.iterdir():
         assert b"xenaphobicword" not in path.read_bytes().lower(), path.name
-    index.reset()
+    indexconn.reset()
 
 
 def test_a_poll_that_only_sees_an_erasure_finish_keeps_it(
@@ -73,9 +73,9 @@ def test_a_poll_that_only_sees_an_erasure_finish_keeps_it(
 
     settings.MEMORY_CHANGE_LOG = True
     settings.MEMORY_INDEX_DIR = str(tmp_path / "b-index")
-    index.reset()
+    indexconn.reset()
     follower = Follower.from_now()
-    index.connection()
+    indexconn.connection()
     follower.poll()
     save_card(make_card(user_id="xena", content="Xenaphobicword keeps her passport in the blue folder."), actor="t")
     erase(Scope.of("xena"), actor="tester")
@@ -92,9 +92,9 @@ def test_a_poll_that_only_sees_an_erasure_finish_keeps_it(
     assert follow._load_state().erasures_seen == done.id
 
     scrubs.clear()
-    index.reset()
+    indexconn.reset()
     resumed = Follower.resume()
     resumed.poll()
     assert resumed.erasures_seen == done.id
     assert not scrubs  # kept: not scrubbed a second time
-    index.reset()
+    indexconn.reset()

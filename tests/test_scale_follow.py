@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from facts.models import CardChange
 from facts.storage.writer import save_card
-from retrieval import index, reads
+from retrieval import indexconn, indexpaths, reads
 from retrieval.follow import Follower
 
 pytestmark = pytest.mark.django_db
@@ -24,11 +24,11 @@ def two_indexes(settings: Any, tmp_path: Path, memory_root: Path):
 
     def on(machine: str) -> None:
         settings.MEMORY_INDEX_DIR = str(tmp_path / machine)
-        index.reset()
-        index.connection()  # as the worker's follower opens it before its first poll
+        indexconn.reset()
+        indexconn.connection()  # as the worker's follower opens it before its first poll
 
     yield on
-    index.reset()
+    indexconn.reset()
 
 
 def test_it_finds_a_card_written_on_the_other_machine_after_one_poll(two_indexes, make_card) -> None:
@@ -77,7 +77,7 @@ def _restart(two_indexes: Any) -> Follower:
     """Machine B's worker starting again: its follower resumes, then opens the index."""
     two_indexes("b")
     follower = Follower.resume()
-    index.connection()
+    indexconn.connection()
     return follower
 
 
@@ -111,7 +111,7 @@ def test_a_log_pruned_past_the_kept_position_rebuilds_the_index_from_the_files(t
 def test_a_lost_position_rebuilds_an_existing_index(two_indexes, make_card) -> None:
     first = _restart(two_indexes)
     first.poll()
-    (index.index_path().parent / "follow.json").unlink()
+    (indexpaths.index_path().parent / "follow.json").unlink()
     two_indexes("a")
     card = save_card(make_card(content="Alice stores her kayak in the north shed."), actor="t")
     CardChange.objects.all().delete()

@@ -9,10 +9,10 @@ import os
 
 import pytest
 
-from facts import mirror
+from facts.storage import scan, snapshots
 from facts.storage.store import Store
 from facts.storage.writer import delete_card, save_card
-from retrieval import derived, index
+from retrieval import derived, indexconn, indexrows
 from retrieval.search import search
 from tests.conftest import FIXED_NOW
 from tests.conftest import reindex_check as _check
@@ -25,13 +25,13 @@ pytestmark = pytest.mark.django_db
 def parsed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The card files the scan parses from now on (relative paths)."""
     seen: list[str] = []
-    parse = mirror._parse
+    parse = scan._parse
 
-    def counting(root: str, rel: str, text: bytes, digest: str) -> tuple[mirror.Scanned, bool]:
+    def counting(root: str, rel: str, text: bytes, digest: str) -> tuple[scan.Scanned, bool]:
         seen.append(rel)
         return parse(root, rel, text, digest)
 
-    monkeypatch.setattr(mirror, "_parse", counting)
+    monkeypatch.setattr(scan, "_parse", counting)
     return seen
 
 
@@ -40,7 +40,7 @@ def _found(query: str) -> list[str]:
 
 
 def _entries() -> dict[str, tuple]:
-    rows = index.connection().execute("SELECT fact_id, entry FROM vc.scans").fetchall()
+    rows = indexconn.connection().execute("SELECT fact_id, entry FROM vc.scans").fetchall()
     return {fact_id: marshal.loads(entry) for fact_id, entry in rows}
 
 
@@ -64,17 +64,17 @@ def test_what_the_cache_gives_is_what_parsing_gives(make_card, store: Store) -> 
     for n in range(5):
         save_card(make_card(content=f"Keeps note {n} in 时区 UTC+8.", confidence=0.5 + n / 20), actor="t")
     _reindex()
-    from_cache = mirror.snapshot(store)
+    from_cache = snapshots.snapshot(store)
     with derived.mode("bypass"):
-        parsed_again = mirror.snapshot(store)
+        parsed_again = snapshots.snapshot(store)
     assert all(item.cached for item in from_cache.cards.values())
     assert not any(item.cached for item in parsed_again.cards.values())
     for fact_id, item in parsed_again.cards.items():
         hit = from_cache.cards[fact_id]
-        assert (hit.digest, hit.ident, hit.extra[index.SCAN_EXTRA].row) == (
+        assert (hit.digest, hit.ident, hit.extra[indexrows.SCAN_EXTRA].row) == (
             item.digest,
             item.ident,
-            item.extra[index.SCAN_EXTRA].row,
+            item.extra[indexrows.SCAN_EXTRA].row,
         )
         # The card itself is parsed from the text on first use, and is the same.
         assert hit.card == item.card
@@ -98,16 +98,16 @@ def test_a_hand_edit_is_parsed_again_and_its_old_entry_goes(make_card, store: St
     parsed.clear()
     _reindex()
     assert parsed == [store.relative(store.card_path(card))]
-    assert _entries()[card.id][1][index._CONTENT] == "Prefers spaces, four of them."
+    assert _entries()[card.id][1][indexrows.CONTENT] == "Prefers spaces, four of them."
 
 
 def test_the_parallel_scan_uses_it(make_card, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(mirror, "_PARALLEL_WALK_DIRS", 1)
-    monkeypatch.setattr(mirror, "_PARALLEL_PARSE_CARDS", 1)
+    monkeypatch.setattr(scan, "_PARALLEL_WALK_DIRS", 1)
+    monkeypatch.setattr(scan, "_PARALLEL_PARSE_CARDS", 1)
     for n in range(6):
         save_card(make_card(user_id=f"user{n}", content=f"Works on project {n}."), actor="t")
     _reindex()
-    scanned = list(mirror.scan_cards(store, workers=2))
+    scanned = list(scan.scan_cards(store, workers=2))
     assert len(scanned) == 6 and all(item.cached for item in scanned)
     assert {item.ident[0] for item in scanned} == {item.card.id for item in scanned}
 
@@ -128,10 +128,10 @@ def test_check_reports_a_tampered_entry_and_no_cache_repairs_it(make_card) -> No
     card = save_card(make_card(content="Writes backend services in Go."), actor="t")
     save_card(make_card(content="Drinks coffee black."), actor="t")
     _reindex()
-    conn = index.connection()
+    conn = indexconn.connection()
     ident, row = _entries()[card.id]
     forged = marshal.dumps(
-        (ident, (*row[: index._CONTENT], "Writes backend services in Rust.", *row[index._CONTENT + 1 :]))
+        (ident, (*row[: indexrows.CONTENT], "Writes backend services in Rust.", *row[indexrows.CONTENT + 1 :]))
     )
     conn.execute("UPDATE vc.scans SET entry = ? WHERE fact_id = ?", (forged, card.id))
 
@@ -140,13 +140,13 @@ def test_check_reports_a_tampered_entry_and_no_cache_repairs_it(make_card) -> No
     assert code == 1 and report["cache"]["changed"] == [card.id]
     _reindex("--no-cache")
     assert _check()[0] == 0
-    assert _entries()[card.id][1][index._CONTENT] == "Writes backend services in Go."
+    assert _entries()[card.id][1][indexrows.CONTENT] == "Writes backend services in Go."
 
 
 def test_a_damaged_entry_is_a_miss_not_a_failure(make_card, parsed: list[str]) -> None:
     card = save_card(make_card(content="Writes backend services in Go."), actor="t")
     _reindex()
-    index.connection().execute("UPDATE vc.scans SET entry = x'00ff' WHERE fact_id = ?", (card.id,))
+    indexconn.connection().execute("UPDATE vc.scans SET entry = x'00ff' WHERE fact_id = ?", (card.id,))
     parsed.clear()
     _reindex()
     assert len(parsed) == 1 and _found("backend") == [card.id]
@@ -161,7 +161,7 @@ def test_removing_a_card_leaves_none_of_its_text_in_the_scan_cache(make_card, st
     delete_card(card, actor="t")
 
     assert list(_entries()) == [keep.id]
-    blobs = b"".join(entry for (entry,) in index.connection().execute("SELECT entry FROM vc.scans"))
+    blobs = b"".join(entry for (entry,) in indexconn.connection().execute("SELECT entry FROM vc.scans"))
     assert b"Bluebird" not in blobs and b"bluebird" not in blobs
 
 

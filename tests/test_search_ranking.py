@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from facts.storage.writer import save_card
-from retrieval import vectors
+from retrieval import embedding
 from retrieval.dates import Day, mentioned
 from retrieval.query import core
 from retrieval.search import DATE_WEIGHT, search
@@ -80,8 +80,8 @@ def test_the_vectors_find_the_statement_not_another_question(embeddings: None, m
 
 
 def test_a_card_that_is_a_question_scores_as_one(embeddings: None) -> None:
-    direction = vectors.question_direction()
-    asked, said = vectors.embed(["Do you have any book recommendations for me?", "I read Dune last month."])
+    direction = embedding.question_direction()
+    asked, said = embedding.embed(["Do you have any book recommendations for me?", "I read Dune last month."])
     assert float(asked @ direction) > float(said @ direction) + 0.1
 
 

@@ -150,13 +150,13 @@ def test_a_batch_fsyncs_each_folder_once_and_each_new_folders_parent_once(tmp_pa
     from facts.storage import atomic
 
     synced: list[Path] = []
-    real = atomic._fsync_dir
+    real = atomic.fsync_dir
 
     def counting(path: Path) -> None:
         synced.append(Path(path))
         real(path)
 
-    monkeypatch.setattr(atomic, "_fsync_dir", counting)
+    monkeypatch.setattr(atomic, "fsync_dir", counting)
     facts = tmp_path / "facts"
     facts.mkdir()
     items = [(facts / shard_name / f"{i}.md", f"{i}\n") for i, shard_name in enumerate(["aa", "bb", "cc", "aa"])]

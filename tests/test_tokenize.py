@@ -63,7 +63,7 @@ def test_it_loads_the_segmenter_once_per_process() -> None:
 
 
 def _python_jieba(run: str) -> list[str]:
-    return list(tk._load_jieba().cut_for_search(run))
+    return list(tk.load_jieba().cut_for_search(run))
 
 
 def _runs() -> list[str]:
@@ -73,7 +73,7 @@ def _runs() -> list[str]:
     import random
 
     rng = random.Random(39)
-    jieba = tk._load_jieba()
+    jieba = tk.load_jieba()
     words = [w for w in list(jieba.dt.FREQ)[:200_000] if tk._FAST_HAN.fullmatch(w)]
     runs = ["用户偏好用中文解释技术问题", "部署在哪个云", "用户的PostgreSQL版本", "乌龙茶", "时区"]
     runs += ["".join(rng.choice(words) for _ in range(rng.randint(1, 10))) for _ in range(3000)]

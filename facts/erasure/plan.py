@@ -15,6 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Q, QuerySet
 
+from facts.erasure import extra
 from facts.erasure.scope import Scope
 from facts.models import (
     AuditEvent,
@@ -57,7 +58,8 @@ class Plan:
     usage: list[str] = field(default_factory=list)
     injections: list[int] = field(default_factory=list)  # injection log entries of the scope
     injected_facts: list[int] = field(default_factory=list)  # other entries' lines naming its cards
-    golden_queries: list[int] = field(default_factory=list)
+    # Rows other apps keep (`facts.erasure.extra`), by kind: the read side's "golden_queries".
+    extra: dict[str, list[int]] = field(default_factory=dict)
     tasks: list[str] = field(default_factory=list)
     audit_events: list[int] = field(default_factory=list)  # scrubbed, kept
 
@@ -87,7 +89,7 @@ class Plan:
             "extraction_runs": sorted(self.runs),
             "candidates": sorted(self.candidates),
             "extracted_message_ids": sorted(self.extracted_messages),
-            "golden_queries": sorted(self.golden_queries),
+            **{kind: sorted(keys) for kind, keys in self.extra.items()},
             "queued_tasks": sorted(self.tasks),
             "audit_events_scrubbed": sorted(self.audit_events),
         }
@@ -211,7 +213,7 @@ def collect(scope: Scope, store: Store, known: Iterable[str] = ()) -> Plan:
     for chunk in chunks(fact_ids):
         lines += InjectedFact.objects.filter(fact_id__in=chunk).values_list("pk", "injection_id")
     out.injected_facts = [pk for pk, injection in lines if injection not in gone]
-    out.golden_queries = _golden_queries(scope, set(fact_ids))
+    out.extra = {rows.kind: rows.find(scope, set(fact_ids)) for rows in extra.registered()}
     out.tasks = [str(pk) for pk in _tasks(scope)]
     events = AuditEvent.objects.exclude(action=AuditEvent.Action.ERASE).exclude(reason="", details__erased=True)
     targets = fact_ids + [f"candidate:{pk}" for pk in out.candidates]
@@ -257,29 +259,6 @@ def _from(scope: Scope, run_keys: set[str], section: dict[str, Any]) -> bool:
     if (source.get("run_id") or "") in run_keys:
         return True
     return bool(scope.thread_id) and not scope.project_id and source.get("thread_id") == scope.thread_id
-
-
-def _golden_queries(scope: Scope, fact_ids: set[str]) -> list[int]:
-    from retrieval.models import GoldenQuery  # a model only: facts never imports the read side's views
-
-    found = []
-    rows = GoldenQuery.objects.values_list("pk", "user_id", "agent_name", "expected_ids", "last_result_ids")
-    for pk, user_id, agent_name, expected, last in rows.iterator():
-        named = fact_ids.intersection([*(expected or []), *(last or [])])
-        mine = scope.whole_user and user_id == scope.user_id
-        if (
-            named
-            or mine
-            or (
-                scope.agent_name
-                and not scope.thread_id
-                and not scope.project_id
-                and user_id == scope.user_id
-                and agent_name == scope.agent_name
-            )
-        ):
-            found.append(pk)
-    return found
 
 
 def _tasks(scope: Scope) -> list[Any]:

@@ -17,6 +17,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from facts.erasure import extra
 from facts.erasure.guard import bypass, user_barrier
 from facts.erasure.plan import Plan, chunks, collect, delete_in
 from facts.erasure.scope import Scope
@@ -213,9 +214,8 @@ def _erase_rows(found: Plan) -> None:
             ProfileRevision.objects.filter(user_id=scope.user_id).delete()
         else:
             delete_in(ProfileRevision.objects.all(), "pk", found.profile_revisions)
-        from retrieval.models import GoldenQuery
-
-        delete_in(GoldenQuery.objects.all(), "pk", found.golden_queries)
+        for rows in extra.registered():  # the read side's golden queries
+            rows.delete(found.extra.get(rows.kind, []))
         if found.tasks:
             from django_tasks_db.models import DBTaskResult
 

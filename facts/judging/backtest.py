@@ -29,7 +29,7 @@ from django.conf import settings
 from django.db.models import Min
 
 from facts import audit
-from facts.judging.plan import Plan, _bucket_filter
+from facts.judging.plan import Plan, bucket_filter
 from facts.judging.runs import REVIEW_AUTO, REVIEW_MANUAL, Context, judge, threshold_in_force
 from facts.judging.schemas import Parsed, parse_update
 from facts.models import AuditEvent, Candidate, ExtractionRun, FactCard, FactRevision, GateSettings, ProfileRevision
@@ -74,7 +74,7 @@ class History:
         if versions is None:
             # Every card the bucket ever had that is still recorded (superseded and
             # expired ones too: they may have been active then).
-            ids = FactCard.objects.filter(**_bucket_filter(bucket)).values("id")
+            ids = FactCard.objects.filter(**bucket_filter(bucket)).values("id")
             rows = FactRevision.objects.filter(fact_id__in=ids).order_by("fact_id", "revision")
             versions = [
                 _Version(*row) for row in rows.values_list("fact_id", "revision", "created_at", "reason", "text")

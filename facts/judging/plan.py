@@ -26,7 +26,7 @@ from facts.storage.profilefile import Profile
 from facts.storage.store import Bucket, Store
 
 
-def _bucket_filter(bucket: Bucket) -> dict[str, str]:
+def bucket_filter(bucket: Bucket) -> dict[str, str]:
     if bucket.user_id is not None:
         return {"user_id": bucket.user_id, "agent_name": bucket.agent_name or "", "project_id": ""}
     return {"user_id": "", "project_id": bucket.project_id or ""}
@@ -77,7 +77,7 @@ class LiveMemory:
     def active(self, bucket: Bucket) -> Iterable[tuple[str, str, str]]:
         # The mirror is updated under the same lock as the files, so it is current;
         # only the cards that change are read from their files.
-        query = FactCard.objects.filter(status=CardStatus.ACTIVE, **_bucket_filter(bucket))
+        query = FactCard.objects.filter(status=CardStatus.ACTIVE, **bucket_filter(bucket))
         return query.order_by("created_at").values_list("id", "key", "content")
 
     def read_card(self, bucket: Bucket, fact_id: str) -> Card | None:

@@ -22,7 +22,7 @@ from typing import Any
 TEMP_PREFIX = ".tmp-"
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -196,7 +196,7 @@ def atomic_write_many(
     written = {path.parent for (path, _), error in zip(items, results, strict=True) if error is None}
     parents = set(new_parents)
     folders = sorted(written | parents)
-    synced = dict(zip(folders, _each(_fsync_dir, folders), strict=True))
+    synced = dict(zip(folders, _each(fsync_dir, folders), strict=True))
     if failure is not None:
         raise failure
     # A new folder's parent that failed to sync fails every file of the batch: which
@@ -210,5 +210,5 @@ def remove_file(path: Path) -> bool:
         path.unlink()
     except FileNotFoundError:
         return False
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return True

@@ -26,7 +26,7 @@ import secrets
 import time
 from pathlib import Path
 
-from .atomic import _fsync_dir, create_private_file
+from .atomic import create_private_file, fsync_dir
 
 # The companions SQLite keeps beside a database file.
 COMPANIONS = ("-wal", "-shm", "-journal")
@@ -85,7 +85,7 @@ def publish(link: Path, generation: Path) -> None:
             os.unlink(tmp)
         raise
     with contextlib.suppress(OSError):
-        _fsync_dir(link.parent)
+        fsync_dir(link.parent)
 
 
 def superseded(link: Path) -> list[Path]:

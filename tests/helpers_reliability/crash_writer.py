@@ -128,7 +128,7 @@ def main() -> None:
     connections.close_all()  # each child opens its own connection
     # Like a started worker (`hooks.worker_started`): the tokenizers are loaded before the
     # writers fork, so the kill windows measure writes, not a per-child ~0.5 s load.
-    from retrieval.tokenize import warm
+    from retrieval.warmup import warm
 
     warm()
     puts: dict[str, dict[str, Any]] = {}

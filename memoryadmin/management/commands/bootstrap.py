@@ -68,9 +68,9 @@ class Command(BaseCommand):
                 self.stdout.write(f"Created the administrator '{username}' with the password {origin}.")
         store_empty = not any(settings.MEMORY_ROOT.glob("users/*")) and not any(settings.MEMORY_ROOT.glob("projects/*"))
         if store_empty:
-            from retrieval import index
+            from retrieval import indexconn
 
-            index.connection()  # an empty store's empty index, made now: the demo's writes go to it
+            indexconn.connection()  # an empty store's empty index, made now: the demo's writes go to it
         if store_empty and not FactCard.objects.exists() and not ProfileSection.objects.exists():
             if options["no_demo"]:
                 return

@@ -171,7 +171,7 @@ class Doctor:
         """Several machines (docs/scaling.md): the root's locks must hold across
         machines, and the search index must be machine-local."""
         from memoryadmin import sharedroot
-        from retrieval.indexdb import index_path
+        from retrieval.indexpaths import index_path
 
         root = Path(settings.MEMORY_ROOT)
         if not root.is_dir():
@@ -210,7 +210,7 @@ class Doctor:
 
     def check_index(self) -> None:
         from memoryadmin import rebuild
-        from retrieval.indexdb import status
+        from retrieval.indexconn import status
 
         state = status(rebuild=False)
         if state["state"] != "ready":
@@ -235,25 +235,25 @@ class Doctor:
 
     def check_embeddings(self) -> None:
         """The sentence-vector model loads and embeds (hybrid search, issue 19)."""
-        from retrieval import vectors
+        from retrieval import embedding
 
-        if not vectors.enabled():
+        if not embedding.enabled():
             self.ok("embeddings", "MEMORY_EMBEDDINGS is off: search is lexical only")
             return
         started = time.monotonic()
         try:
-            dims = vectors.embed(["doctor: 时区 time zone"]).shape[1]
-        except vectors.EmbeddingUnavailable as exc:
+            dims = embedding.embed(["doctor: 时区 time zone"]).shape[1]
+        except embedding.EmbeddingUnavailable as exc:
             self.fail("embeddings", f"{exc}: install requirements.txt, or set MEMORY_EMBEDDINGS=off")
             return
         path = (
             "queries use the one-text path"
-            if vectors.query_path() == "single"
+            if embedding.query_path() == "single"
             else "queries use the package's batch path (the one-text path did not match it: see the log)"
         )
         self.ok(
             "embeddings",
-            f"model {vectors.MODEL_ID} loads and embeds ({dims} dimensions, {time.monotonic() - started:.1f}s); {path}",
+            f"model {embedding.MODEL_ID} loads and embeds ({dims} dimensions, {time.monotonic() - started:.1f}s); {path}",
         )
 
     def check_turns(self) -> None:

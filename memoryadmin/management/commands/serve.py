@@ -33,7 +33,7 @@ class Command(BaseCommand):
         from django.urls import get_resolver
         from waitress.server import BaseWSGIServer, create_server
 
-        from retrieval.tokenize import warm
+        from retrieval.warmup import warm
 
         listen = " ".join(options["listen"]) or "127.0.0.1:8000"
         # Not memoryadmin.wsgi, which loads the tokenizers and the embedding model before

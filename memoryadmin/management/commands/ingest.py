@@ -1,4 +1,8 @@
-"""Batch ingestion for backfills and demos: one turn per JSON line, run synchronously."""
+"""Batch ingestion for backfills and demos: one turn per JSON line, run synchronously.
+
+A project command (not `facts`'): with several workers it warms the read side's
+tokenizers before forking (`retrieval.warmup.warm`), and the write side never imports
+the read side."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from facts import tenancy
 from facts.intake.turns import CleanTurn, TurnRejected, clean_turn
 from facts.judging.extraction import ExtractionError
 from facts.judging.pipeline import REPLAY_BATCH, run_replays, run_turns_now
+from retrieval.warmup import warm
 
 FIELDS = {"user_id", "agent_name", "thread_id", "project_id", "messages", "created_at", "model_output"}
 
@@ -161,8 +166,6 @@ def _run_forked(
     import traceback
 
     from django.db import connections
-
-    from retrieval.tokenize import warm
 
     warm()  # jieba's dictionary, loaded once and shared with the children
     connections.close_all()  # each child opens its own
