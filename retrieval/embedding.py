@@ -13,6 +13,7 @@ scope's ranking: `retrieval.reads`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -62,19 +63,12 @@ def content_hash(text: str) -> str:
 
 _model: Any = None
 _model_lock = threading.Lock()
-# The one-text path for queries (`query_encoder`): made on the first query, not with the
-# model (~20 ms and ~5 MB a process that only embeds cards, a worker, would not use).
-# None when the package's internals do not allow it.
-_NOT_YET = object()
-_single: Any = _NOT_YET
-# The batch path for card texts (`card_encoder`): made on the first `embed`, not with the
-# model (a process that only serves queries never needs it). None when the package's
-# internals do not allow it.
-_batch: Any = _NOT_YET
 
 
 def model() -> Any:
-    """The process's encoder, loaded once (0.8–1.6 s, ~150 MB)."""
+    """The process's encoder, loaded once (0.8–1.6 s, ~150 MB). A lock, not the
+    `functools.cache` of the lazy values beside it: the web server's warm-up thread and
+    a first request must not both load it."""
     global _model
     if _model is None:
         with _model_lock:
@@ -166,24 +160,20 @@ class TableRows:
             os.close(self._fd)
 
 
+@functools.cache
 def _one_text() -> QueryEncoder | None:
-    global _single
-    if _single is _NOT_YET:
-        encoder = model()
-        with _model_lock:
-            if _single is _NOT_YET:
-                _single = query_encoder.for_model(encoder)
-    return _single
+    """The one-text path for queries (`query_encoder`): made on the first query, not
+    with the model (~20 ms and ~5 MB a process that only embeds cards, a worker, would
+    not use). None when the package's internals do not allow it."""
+    return query_encoder.for_model(model())
 
 
+@functools.cache
 def card_path() -> CardEncoder | None:
-    global _batch
-    if _batch is _NOT_YET:
-        encoder = model()
-        with _model_lock:
-            if _batch is _NOT_YET:
-                _batch = card_encoder.for_model(encoder)
-    return _batch
+    """The batch path for card texts (`card_encoder`): made on the first `embed`, not
+    with the model (a process that only serves queries never needs it). None when the
+    package's internals do not allow it."""
+    return card_encoder.for_model(model())
 
 
 def warm(*, queries: bool = False) -> None:
@@ -252,21 +242,16 @@ def from_blobs(blobs: Sequence[bytes]) -> np.ndarray:
     return np.frombuffer(b"".join(blobs), dtype=np.float16).reshape(len(blobs), DIM).astype(np.float32)
 
 
-_direction: np.ndarray | None = None
-
-
+@functools.cache
 def question_direction() -> np.ndarray:
     """The unit vector from statements to the questions about them, in this model's
     space: the mean difference over `query.QUESTION_PAIRS` (the same facts said and
     asked, English and Chinese), embedded once per process. A card's projection on it
     says how much the card is itself a question; search holds that against it, since a
     question rarely holds the answer sought (issue 36)."""
-    global _direction
-    if _direction is None:
-        said = embed([statement for statement, _ in QUESTION_PAIRS])
-        asked = embed([question for _, question in QUESTION_PAIRS])
-        direction = (asked - said).mean(axis=0)
-        direction /= np.linalg.norm(direction)
-        direction.setflags(write=False)
-        _direction = direction
-    return _direction
+    said = embed([statement for statement, _ in QUESTION_PAIRS])
+    asked = embed([question for _, question in QUESTION_PAIRS])
+    direction = (asked - said).mean(axis=0)
+    direction /= np.linalg.norm(direction)
+    direction.setflags(write=False)
+    return direction

@@ -98,7 +98,7 @@ def test_a_changed_package_falls_back_to_its_own_encode(
         assert card_encoder.for_model(_Changed(embedding.model())) is None
     assert "package's own encode" in caplog.text
     embedding.model()
-    monkeypatch.setattr(embedding, "_batch", None)
+    monkeypatch.setattr(embedding, "card_path", lambda: None)
     out = embedding.embed(["用户在哪个时区"])
     assert float(np.max(np.abs(out - _package_vectors(["用户在哪个时区"])))) <= 1e-6
 

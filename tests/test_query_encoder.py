@@ -81,7 +81,7 @@ def test_a_one_text_path_whose_vectors_differ_is_not_used(
 
 def test_without_the_one_text_path_queries_still_embed(embeddings: None, monkeypatch: pytest.MonkeyPatch) -> None:
     embedding.model()
-    monkeypatch.setattr(embedding, "_single", None)
+    monkeypatch.setattr(embedding, "_one_text", lambda: None)
     embedding._query_vector.cache_clear()
     assert embedding.query_path() == "batch"
     vec = embedding.query_vector("用户在哪个时区")
