@@ -12,12 +12,12 @@ scope's ranking: `retrieval.reads`.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -142,6 +142,10 @@ class TableRows:
         self._fd = os.open(path, os.O_RDONLY)
         self._offset = offset
         self._width = int(shape[1])
+        # Closed when the table goes, or at exit before the modules are torn down (a
+        # __del__ run then found `os` and `contextlib` gone and printed a traceback
+        # after every command).
+        weakref.finalize(self, os.close, self._fd)
 
     def __getitem__(self, ids: Any) -> np.ndarray:
         wanted = np.asarray(ids, dtype=np.int64)
@@ -154,10 +158,6 @@ class TableRows:
             if os.preadv(fd, [view[k * width : (k + 1) * width]], offset + row * width) != width:
                 raise OSError(f"short read from {self.filename}")
         return out.reshape((*wanted.shape, width))
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            os.close(self._fd)
 
 
 @functools.cache

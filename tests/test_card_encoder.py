@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import logging
 import random
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -137,3 +140,21 @@ def test_the_embedding_table_is_read_from_a_private_file_beside_the_index(embedd
     assert np.array_equal(query_after, query_before)
     with pytest.raises(IndexError):
         table[np.array([128010])]
+
+
+def test_a_shared_table_closes_quietly_at_exit(tmp_path: Path) -> None:
+    # A process holding the table to its end (every command with embeddings on) must not
+    # print "Exception ignored in TableRows.__del__" as the modules are torn down.
+    table = tmp_path / "table.npy"
+    np.save(table, np.arange(12, dtype=np.uint8).reshape(4, 3))
+    script = (
+        "import numpy as np, django; django.setup()\n"
+        "from retrieval import embedding\n"
+        f"data = np.load({str(table)!r}, mmap_mode='r')\n"
+        # held by a module, as the loaded model holds it
+        f"embedding.held = embedding.TableRows({str(table)!r}, data.shape, data.offset)\n"
+        "assert embedding.held[[1]].tolist() == [[3, 4, 5]]\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -45,9 +45,10 @@ class Command(BaseCommand):
             vector = (
                 "—" if hit.vector is None else f"{hit.vector:.4f} (#{hit.vector_rank}, cosine {hit.similarity:.3f})"
             )
+            dated = "" if hit.date is None else f", date {hit.date:.1f} (said on a day the query names)"
             self.stdout.write(
                 f"{hit.score:8.4f}  {hit.id}  [{hit.category}] {hit.content}\n"
-                f"          relevance {hit.fused:.4f} [lexical {lexical}, vector {vector}] × decay {hit.decay:.3f}"
+                f"          relevance {hit.fused:.4f} [lexical {lexical}, vector {vector}{dated}] × decay {hit.decay:.3f}"
                 f" + confidence {hit.confidence:.2f} ({hit.confidence_part:.3f}); created {hit.created_at:%Y-%m-%d}"
             )
         self.stderr.write(json.dumps({"results": len(hits)}))
