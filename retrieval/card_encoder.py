@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from .query_encoder import ModelWeights
+
 log = logging.getLogger(__name__)
 
 # Tokens per micro-batch of the per-token part: the second convolution's gathered
@@ -81,18 +83,12 @@ MAX_REMEMBERED_WORDS = 200_000
 MAX_REMEMBERED_CHARS = 32
 
 
-class CardEncoder:
+class CardEncoder(ModelWeights):
     def __init__(self, backend: Any, tokenizer: Any, orders: tuple[tuple[int, int], ...], chunks: int) -> None:
+        super().__init__(backend, orders, chunks)
         b = backend
         self._tokenize = _Pieces(tokenizer)
-        self._table, self._scale, self._lo, self._chunks = b.table, b.scale, b.lo, chunks
-        self._proj, self._proj_b = b.proj_W, b.proj_b
-        self._ln1 = (b.ln_g_all, b.ln_b_all)
-        self._ln2 = (b.ln_g, b.ln_b)
-        self._eps = float(b.eps)
-        self._emb_dim = b.proj_W.shape[0]
-        width = self._width = b.w1[0].shape[1]  # the width of each n-gram branch
-        self._orders = orders
+        width = self._width
         self._max_left = max(left for _, left in orders)
         self._max_right = max(n - 1 - left for n, left in orders)
         # The first convolution's weights as (width, n × width): block k is what window

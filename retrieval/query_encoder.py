@@ -35,18 +35,28 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 
-class QueryEncoder:
-    def __init__(self, backend: Any, tokenizer: Any, orders: tuple[tuple[int, int], ...], chunks: int) -> None:
+class ModelWeights:
+    """What both of our paths through the package's model read from it alike (this
+    one-text path and `card_encoder`'s batch path): the embedding table and its
+    quantization, the projection, both layer norms and the n-gram branches' shape."""
+
+    def __init__(self, backend: Any, orders: tuple[tuple[int, int], ...], chunks: int) -> None:
         b = backend
-        self._tokenize = tokenizer.encode
         self._table, self._scale, self._lo, self._chunks = b.table, b.scale, b.lo, chunks
         self._proj, self._proj_b = b.proj_W, b.proj_b
         self._ln1 = (b.ln_g_all, b.ln_b_all)
         self._ln2 = (b.ln_g, b.ln_b)
         self._eps = float(b.eps)
         self._emb_dim = b.proj_W.shape[0]
-        self._branch = b.w1[0].shape[1]  # the width of each n-gram branch
+        self._width = b.w1[0].shape[1]  # the width of each n-gram branch
         self._orders = orders
+
+
+class QueryEncoder(ModelWeights):
+    def __init__(self, backend: Any, tokenizer: Any, orders: tuple[tuple[int, int], ...], chunks: int) -> None:
+        super().__init__(backend, orders, chunks)
+        b = backend
+        self._tokenize = tokenizer.encode
         self._pad_left = max(left for _, left in orders)
         self._pad_right = max(n - 1 - left for n, left in orders)
         self._convs = list(zip(b.w1, b.b1, b.w2, b.b2, strict=True))
@@ -63,7 +73,7 @@ class QueryEncoder:
         """The L2-normalised float32 vector of `text` (the package's, within 1e-5)."""
         ids = np.asarray(self._tokenize(text, out_type=int, add_bos=True, add_eos=True), dtype=np.int64)
         count = len(ids)
-        width = self._branch
+        width = self._width
         feats = np.empty((count, self._emb_dim + len(self._orders) * width), dtype=np.float32)
         emb = feats[:, : self._emb_dim]
         chunk = ids % self._chunks
