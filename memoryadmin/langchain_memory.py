@@ -154,8 +154,9 @@ def make_memory_search_tool(memory: Memory) -> BaseTool:
     def memory_search(query: str, runtime: ToolRuntime[MemoryContext], limit: int = 5) -> str:
         """Search the current user's long-term memory (preferences, corrections, background).
 
-        Use specific keywords, e.g. "中文 解释" or "code style". Returns a JSON list of
-        facts (id, content, category, confidence, score), best first.
+        Use specific keywords, e.g. "中文 解释" or "code style"; naming a day ("on May
+        2nd", "5月2日") finds what the user said that day. Returns a JSON list of facts
+        (id, content, category, confidence, score), best first.
         """
         ctx = runtime_context(runtime)
         if ctx is None:

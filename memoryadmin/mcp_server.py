@@ -149,7 +149,8 @@ def build_server(identify: Identify) -> MCPServer:
         limit: Annotated[int, Field(ge=1, le=10, description="How many facts at most")] = 5,
     ) -> SearchResult:
         """Search the user's long-term memory (facts about their preferences, context,
-        goals and corrections) for this agent, best match first."""
+        goals and corrections) for this agent, best match first. Naming a day ("on May
+        2nd", "5月2日") finds what the user said that day."""
         identity = who(ctx)
         try:
             hits = api_service.serve_search(identity.scope, query, limit=limit, door="mcp")
