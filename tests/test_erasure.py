@@ -305,3 +305,26 @@ def test_it_erases_more_cards_than_one_statement_takes(make_card: Any, memory_ro
     assert report.counts["cards"] == 1203 and report.counts["card_revisions"] == 1203
     assert not FactCard.objects.exists() and not FactRevision.objects.exists()
     assert rebuild.check().clean
+
+
+def test_a_rerun_removes_the_index_entries_of_cards_a_killed_run_deleted_but_the_index_never_heard_of(
+    seeded: dict[str, Any],
+) -> None:
+    from retrieval import reads
+
+    fact_id = seeded["tea"]
+    assert reads.card_fields([fact_id])  # indexed
+    # A run that remembered the card, deleted its file and mirror row, and was killed
+    # before the index's listener ran (a kill between the writer's mirror and its hook).
+    marker, _ = _begin(Scope.of("xena"), "killed")
+    marker.fact_ids = [fact_id]
+    marker.save(update_fields=["fact_ids"])
+    store = get_store()
+    card_file = next(p for p in store.card_files() if fact_id in p.name)
+    card_file.unlink()
+    FactCard.objects.filter(id=fact_id).delete()
+
+    erase(Scope.of("xena"), actor="tester")
+
+    assert reads.card_fields([fact_id]) == {}
+    assert search("tea", user_id="xena", agent_name="coder") == []

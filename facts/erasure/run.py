@@ -149,11 +149,13 @@ def _erase_memory(scope: Scope, store: Store, actor: str, marker: Erasure) -> Pl
                 writer.commit(ops[start : start + 500], actor=actor, reason="erasure", store=store)
                 _failpoint("during_cards")
             # Rows whose file was already gone (drift, or a previous run killed between
-            # the file and its mirror row): mirror, history and index entries.
+            # the file and its mirror row): mirror, history and index entries. And the
+            # index entries of cards a previous run deleted, file and row, but was killed
+            # before the index heard of it (`known`: only the marker remembers them).
             delete_in(FactCard.objects.all(), "id", found.mirror_only)
-            if found.mirror_only:
+            if gone := [*found.mirror_only, *found.known]:
                 # Only the id is read by the index's listener: a card without the rest.
-                hooks.cards_changed([], [Card.model_construct(id=i) for i in found.mirror_only])  # type: ignore[call-arg]
+                hooks.cards_changed([], [Card.model_construct(id=i) for i in gone])  # type: ignore[call-arg]
             for rel in found.unreadable:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(store.root / rel)
