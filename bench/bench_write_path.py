@@ -74,9 +74,13 @@ def warm_up() -> None:
     """Imports, jieba's dictionary, the index file and the first connection (not
     measured: a worker process pays them once, at start-up)."""
     from facts.judging.pipeline import run_turns_now
+    from retrieval import indexconn
     from retrieval.warmup import warm
 
     warm()
+    # The empty store's index, as `bootstrap` makes it on a fresh install: a write never
+    # builds a missing index (a background rebuild would scan the files while we write).
+    indexconn.connection()
 
     run_turns_now(
         user_id="warm", agent_name="w", thread_id="w", messages=[{"role": "user", "content": "我用 vim", "id": "w1"}],
