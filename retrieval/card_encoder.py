@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .query_encoder import ModelWeights
+from .query_encoder import TOLERANCE, ModelWeights
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +89,6 @@ class CardEncoder(ModelWeights):
         b = backend
         self._tokenize = _Pieces(tokenizer)
         width = self._width
-        self._max_left = max(left for _, left in orders)
-        self._max_right = max(n - 1 - left for n, left in orders)
         # The first convolution's weights as (width, n × width): block k is what window
         # slot k contributes, so one product gives every slot's part for a token.
         self._w1 = [
@@ -133,13 +131,8 @@ class CardEncoder(ModelWeights):
         """What depends on a token alone, once per distinct token: its dequantized
         embedding, its normalised projection, and each branch's first-convolution
         products for every window slot (with a zero row last, for slots outside a text)."""
-        chunk = distinct % self._chunks
-        emb = self._table[distinct].astype(np.float32)
-        emb *= self._scale[chunk, None]
-        emb += self._lo[chunk, None]
-        x = emb @ self._proj
-        x += self._proj_b
-        _layernorm(x, *self._ln1, self._eps)
+        emb = np.empty((len(distinct), self._emb_dim), dtype=np.float32)
+        x = self._project(emb, distinct)
         width, rows = self._width, len(distinct)
         slots = []
         for i, w1 in enumerate(self._w1):
@@ -170,7 +163,7 @@ class CardEncoder(ModelWeights):
         buf[count] = 0.0
         for i, (n, left) in enumerate(self._orders):
             parts = slots[i]
-            cols = slice(self._max_left - left, self._max_left - left + n)
+            cols = slice(self._pad_left - left, self._pad_left - left + n)
             slot_rows = distinct_at[:, cols]
             h = parts[slot_rows[:, 0], :width]
             for k in range(1, n):
@@ -216,22 +209,13 @@ class CardEncoder(ModelWeights):
         return z
 
     def _window_index(self, starts: np.ndarray, lens: np.ndarray, count: int) -> np.ndarray:
-        """Row t: the positions t - max_left … t + max_right, those outside t's own text
+        """Row t: the positions t - pad_left … t + pad_right, those outside t's own text
         replaced by `count` (a zero row)."""
         pos = np.arange(count, dtype=np.int64)[:, None]
-        base = pos + np.arange(-self._max_left, self._max_right + 1, dtype=np.int64)
+        base = pos + np.arange(-self._pad_left, self._pad_right + 1, dtype=np.int64)
         inside = base >= np.repeat(starts, lens)[:, None]
         inside &= base < np.repeat(starts + lens, lens)[:, None]
         return np.where(inside, base, count)
-
-
-def _layernorm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> None:
-    """Layer norm over the rows of `x`, in place (the package's arithmetic)."""
-    x -= x.mean(axis=-1, keepdims=True)
-    var = np.einsum("ij,ij->i", x, x) / x.shape[-1]
-    x *= np.reciprocal(np.sqrt(var + eps))[:, None]
-    x *= gamma
-    x += beta
 
 
 # Texts the path is checked on when it is made: English, Chinese, a one-token text, a
@@ -261,7 +245,7 @@ def for_model(encoder: Any) -> CardEncoder | None:
             raise ValueError("its pieces differ from the package's")
         expected = np.asarray(encoder.encode(texts), dtype=np.float32)
         got = made.encode(texts)
-        if got.shape != expected.shape or not np.allclose(got, expected, atol=1e-5):
+        if got.shape != expected.shape or not np.allclose(got, expected, atol=TOLERANCE):
             raise ValueError("its vectors differ from the package's")
     except Exception as exc:
         log.warning("card texts go through the package's own encode (%s)", exc)

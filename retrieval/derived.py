@@ -29,14 +29,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .factline import fact_tail_tokens
-from .indexpaths import index_path
+from .indexpaths import VECTORS_FILE, index_path, vectors_link
 from .tokenize import document_terms
 
 # Part of every terms hash: bump it whenever `document_terms` would give other tokens
 # (dictionary, stemmer, stop-words in documents) or `factline.fact_tail` another line, and
 # every cached entry is a miss.
 TOKENIZER_ID = "jieba-snowball-cl100k-2"
-CACHE_FILE = "vectors.sqlite3"
+CACHE_FILE = VECTORS_FILE
 
 # The table itself is created with the vectors' when the file is attached
 # (`retrieval.vectorcache.attach`).
@@ -74,10 +74,6 @@ def mode(value: str) -> Iterator[None]:
         _mode = old
 
 
-def bypassed() -> bool:
-    return _mode == "bypass"
-
-
 def tokenizes_everything() -> bool:
     """Whether a scan in this mode tokenizes every card (--no-cache, --check)."""
     return _mode != "use"
@@ -96,7 +92,7 @@ READ_MMAP_BYTES = 1 << 30  # SQLite maps no more than the file's size
 
 def _cache_path() -> Path:
     # Beside the index, wherever it is (MEMORY_INDEX_DIR on several machines).
-    return index_path().parent / CACHE_FILE
+    return vectors_link(index_path())
 
 
 def read_connection() -> sqlite3.Connection | None:

@@ -170,19 +170,23 @@ def _one_text() -> QueryEncoder | None:
 
 @functools.cache
 def card_path() -> CardEncoder | None:
-    """The batch path for card texts (`card_encoder`): made on the first `embed`, not
-    with the model (a process that only serves queries never needs it). None when the
-    package's internals do not allow it."""
+    """The batch path for card texts (`card_encoder`): made on the first `embed` (a card
+    write, or the question direction a first search needs), not with the model. None
+    when the package's internals do not allow it."""
     return card_encoder.for_model(model())
 
 
 def warm(*, queries: bool = False) -> None:
-    """Load the model now (at start-up, before forking workers); with `queries`, the
-    one-text path for queries too (a process that serves searches)."""
+    """Load the model now (at start-up, before forking workers) and the batch path its
+    first card write embeds through; with `queries`, also the one-text path for queries
+    and the question direction every search's scope matrix needs (a process that serves
+    searches), so that no first request pays for them."""
     if enabled():
         model()
+        card_path()
         if queries:
             _one_text()
+            question_direction()
 
 
 def embed(texts: Sequence[str]) -> np.ndarray:

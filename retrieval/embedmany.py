@@ -18,6 +18,7 @@ from pathlib import Path
 
 from . import embedding
 from .embedding import EmbeddingUnavailable, enabled, to_blob
+from .indexdb import BUSY_TIMEOUT_MS
 from .vectorcache import attach, cached, store
 
 log = logging.getLogger(__name__)
@@ -102,7 +103,7 @@ def _cache_connection(folder: Path) -> sqlite3.Connection:
     """A connection of its own to the cache in `folder` (attached as ``vc``, as on an
     index connection): for a thread that stores vectors while others work."""
     conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA busy_timeout=30000")
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     attach(conn, folder)
     conn.execute("PRAGMA vc.synchronous=NORMAL")
     return conn

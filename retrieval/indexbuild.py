@@ -19,17 +19,14 @@ from facts.storage.store import Store
 from . import derived, embedding, embedmany
 from .indexdb import (
     SETTLE_S,
-    bad,
-    cannot_open,
     close_handle,
     connect,
     create_schema,
     discard,
-    is_corruption,
     rebuild_lock,
-    schema_ok,
+    try_open,
 )
-from .indexpaths import index_path
+from .indexpaths import index_path, vectors_link
 from .indexrows import CONTENT, VHASH, indexed, row_for, scanned_rows
 from .indexwrite import Progress, apply, fill
 
@@ -91,28 +88,21 @@ def rebuild_from_snapshot(
         conn.close()
         if fresh is not None:
             sqlitegen.publish(path, fresh)
-        sqlitegen.sweep(path, settled_s=SETTLE_S)
+        _sweep(path)
     return {"indexed": count, "index_seconds": round(time.monotonic() - started, 3)}
+
+
+def _sweep(path: Path) -> None:
+    """Delete the superseded generations of the index and of the vector cache (one
+    replaced when found unreadable) that no process opens any more."""
+    for link in (path, vectors_link(path)):
+        sqlitegen.sweep(link, settled_s=SETTLE_S)
 
 
 def _open_usable(path: Path) -> sqlite3.Connection | None:
     """A connection to the current generation when it can be refilled in place."""
-    current = sqlitegen.target(path)
-    if current is None or sqlitegen.identity(current) in bad:
-        return None
-    conn: sqlite3.Connection | None = None
-    try:
-        conn = connect(current)
-        if schema_ok(conn):
-            return conn
-    except sqlite3.DatabaseError as exc:
-        if not (is_corruption(exc) or cannot_open(exc)):
-            if conn is not None:
-                conn.close()
-            raise
-    if conn is not None:
-        conn.close()
-    return None
+    opened = try_open(path)
+    return None if isinstance(opened, str) else opened[0]
 
 
 def build_generation(path: Path, store: Store) -> int:
@@ -142,5 +132,5 @@ def build_generation(path: Path, store: Store) -> int:
         discard(fresh)
         raise
     conn.close()
-    sqlitegen.sweep(path, settled_s=SETTLE_S)
+    _sweep(path)
     return count

@@ -211,7 +211,7 @@ atexit.register(wait_for_rebuilds)
 
 def rebuilding(path: Path) -> bool:
     """Whether some process holds ``rebuild.lock`` of the index at `path` (building it)."""
-    lock_path = path.parent / "rebuild.lock"
+    lock_path = rebuild_lock(path).lock_file
     try:
         fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:

@@ -32,7 +32,7 @@ from facts.storage import sqlitegen
 from facts.storage.atomic import PRIVATE_FILE_MODE, create_private_file
 
 from . import vectorcache
-from .indexpaths import VECTORS_FILE, vectors_link
+from .indexpaths import vectors_link
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +252,7 @@ def _wal_bytes(path: Path) -> int:
 def _checkpoint(path: Path) -> None:
     try:
         # Plain connections, one per file: nothing of `connect`'s set-up is needed.
-        for file in (path, path.parent / VECTORS_FILE):
+        for file in (path, vectors_link(path)):
             if not file.exists():
                 continue
             conn = sqlite3.connect(f"file:{file}?mode=rw", uri=True, isolation_level=None, timeout=1)

@@ -87,12 +87,6 @@ def _iso(card: Card) -> str:
     return card.created_at.isoformat()
 
 
-def signature(card: Card) -> str:
-    """Digest of everything the index holds for a card (what `drift` compares)."""
-    expires = card.expires_at.isoformat() if card.expires_at else ""
-    return _signature(card_bucket(card), card.category.value, card.confidence, _iso(card), expires, card.content)
-
-
 def _signature(bucket: str, category: str, confidence: float, created: str, expires: str, content: str) -> str:
     parts = (str(SCHEMA_VERSION), bucket, category, repr(confidence), created, expires, content)
     return hashlib.sha1("\x1e".join(parts).encode("utf-8", "surrogatepass")).hexdigest()

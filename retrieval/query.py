@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from .tokenize import HAN, load_jieba
+from .tokenize import HAN, cut
 
 # Question words, auxiliaries, the verbs and adverbs of talking about the conversation,
 # the tag "…, right?" and the assistant it is asked of ("you"). Pronouns of the user
@@ -75,7 +75,7 @@ def core(text: str) -> str:
 
 
 def _han_core(run: str) -> str:
-    words = load_jieba().lcut(run)
+    words = cut(run)
     kept: list[str] = []
     for i, word in enumerate(words):
         if word in _ZH_FRAME:

@@ -36,9 +36,10 @@ log = logging.getLogger(__name__)
 
 
 class ModelWeights:
-    """What both of our paths through the package's model read from it alike (this
-    one-text path and `card_encoder`'s batch path): the embedding table and its
-    quantization, the projection, both layer norms and the n-gram branches' shape."""
+    """What both of our paths through the package's model share (this one-text path and
+    `card_encoder`'s batch path): the embedding table and its quantization, the
+    projection, both layer norms, the n-gram branches' shape, and the steps that use
+    them alike."""
 
     def __init__(self, backend: Any, orders: tuple[tuple[int, int], ...], chunks: int) -> None:
         b = backend
@@ -50,6 +51,29 @@ class ModelWeights:
         self._emb_dim = b.proj_W.shape[0]
         self._width = b.w1[0].shape[1]  # the width of each n-gram branch
         self._orders = orders
+        # The widest window reaches this far before and after a token.
+        self._pad_left = max(left for _, left in orders)
+        self._pad_right = max(n - 1 - left for n, left in orders)
+
+    def _project(self, emb: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """Fill `emb` with the tokens' embedding rows (dequantized in place) and return
+        their normalised projection."""
+        chunk = ids % self._chunks
+        np.copyto(emb, self._table[ids])  # the quantized rows, dequantized below
+        emb *= self._scale[chunk, None]
+        emb += self._lo[chunk, None]
+        x = emb @ self._proj
+        x += self._proj_b
+        self._layernorm(x, *self._ln1)
+        return x
+
+    def _layernorm(self, x: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> None:
+        """Layer norm over the rows of `x`, in place (the package's arithmetic)."""
+        x -= x.mean(axis=-1, keepdims=True)
+        var = np.einsum("ij,ij->i", x, x) / x.shape[-1]
+        x *= np.reciprocal(np.sqrt(var + self._eps))[:, None]
+        x *= gamma
+        x += beta
 
 
 class QueryEncoder(ModelWeights):
@@ -57,8 +81,6 @@ class QueryEncoder(ModelWeights):
         super().__init__(backend, orders, chunks)
         b = backend
         self._tokenize = tokenizer.encode
-        self._pad_left = max(left for _, left in orders)
-        self._pad_right = max(n - 1 - left for n, left in orders)
         self._convs = list(zip(b.w1, b.b1, b.w2, b.b2, strict=True))
         heads = np.concatenate([b.d0, b.p1], axis=1)
         self._pooled = np.ascontiguousarray(b.cnn_W @ heads)
@@ -75,14 +97,7 @@ class QueryEncoder(ModelWeights):
         count = len(ids)
         width = self._width
         feats = np.empty((count, self._emb_dim + len(self._orders) * width), dtype=np.float32)
-        emb = feats[:, : self._emb_dim]
-        chunk = ids % self._chunks
-        np.copyto(emb, self._table[ids])  # the quantized rows, dequantized below
-        emb *= self._scale[chunk, None]
-        emb += self._lo[chunk, None]
-        x = emb @ self._proj
-        x += self._proj_b
-        self._layernorm(x, *self._ln1)
+        x = self._project(feats[:, : self._emb_dim], ids)
 
         left_pad = self._pad_left
         padded = np.zeros((left_pad + count + self._pad_right, width), dtype=np.float32)
@@ -121,13 +136,6 @@ class QueryEncoder(ModelWeights):
         the text are the buffer's zero padding."""
         start = self._pad_left - left
         return np.concatenate([padded[start + k : start + k + count] for k in range(n)], axis=1)
-
-    def _layernorm(self, x: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> None:
-        x -= x.mean(axis=-1, keepdims=True)
-        var = np.einsum("ij,ij->i", x, x) / x.shape[-1]
-        x *= np.reciprocal(np.sqrt(var + self._eps))[:, None]
-        x *= gamma
-        x += beta
 
 
 # Checked when the path is made (the web process's start-up, else the first query): a

@@ -45,15 +45,11 @@ def _idf(docs: int, n: int) -> float:
     return idf if idf > 0 else 1e-6
 
 
-def candidates(terms: Sequence[str], buckets: Sequence[str], *, limit: int, now_ts: float) -> list[tuple]:
+def lexical(terms: Sequence[str], buckets: Sequence[str], *, limit: int, now_ts: float) -> tuple[list[tuple], float]:
     """The `limit` best BM25 matches of `terms` inside `buckets`, best first: rows of
     (id, content, category, confidence, created_at, bm25). bm25 is FTS5's formula
-    (k1 = 1.2, b = 0.75, lower is better), computed from the index's own statistics."""
-    return lexical(terms, buckets, limit=limit, now_ts=now_ts)[0]
-
-
-def lexical(terms: Sequence[str], buckets: Sequence[str], *, limit: int, now_ts: float) -> tuple[list[tuple], float]:
-    """`candidates`, and the query's weight: the sum of its terms' idf, which is about
+    (k1 = 1.2, b = 0.75, lower is better), computed from the index's own statistics.
+    And the query's weight: the sum of its terms' idf, which is about
     the bm25 of a card of average length holding each term once (search divides by it,
     so that a card matching all of a query's rare words scores near 1 whatever the
     query)."""
@@ -203,17 +199,6 @@ def vector_scores(query: str, buckets: Sequence[str], *, now_ts: float) -> tuple
     return result
 
 
-def vector_ranking(query: str, buckets: Sequence[str], *, now_ts: float) -> list[tuple[str, float]]:
-    """The live cards of `buckets` by cosine similarity to `query`, best first."""
-    if not buckets:
-        return []
-    # Embed before touching the index: a corruption retry must not embed twice.
-    embedding.query_vector(query)
-    result = retrying(lambda conn: _scope_rank(conn, query, buckets, now_ts=now_ts))
-    assert isinstance(result, list)
-    return result
-
-
 # --- a scope's cards ranked by their vectors -------------------------------------------
 # Searches are scoped to one user × agent (tens to a thousand cards): their vectors are
 # scored by brute force, one small matrix product, no vector index needed.
@@ -262,16 +247,6 @@ def _scope_matrix(
         while _matrix_rows > _MATRIX_ROWS and len(_matrices) > 1:
             _matrix_rows -= len(_matrices.popitem(last=False)[1][0])
     return [fid for fid, _ in pairs], matrix, questionness
-
-
-def _scope_rank(
-    conn: sqlite3.Connection, query: str, buckets: Sequence[str], *, now_ts: float
-) -> list[tuple[str, float]]:
-    """Every live card of `buckets` that has a vector, as (id, cosine similarity), best
-    first (ties by id)."""
-    ids, sims, _questions = _scope_scores(conn, query, buckets, now_ts=now_ts)
-    order = np.lexsort((np.arange(len(ids)), -sims))  # ids are sorted: index order is id order
-    return [(ids[i], float(sims[i])) for i in order]
 
 
 def _scope_scores(

@@ -97,10 +97,18 @@ def _load_rjieba() -> Any:
 
 
 def cut_for_search(run: str) -> list[str]:
-    """jieba's ``cut_for_search`` of one run of Han characters."""
+    """jieba's ``cut_for_search`` of one run of Han characters (the index's words)."""
     if _FAST_HAN.fullmatch(run):
         return _load_rjieba().cut_for_search(run)
     return list(load_jieba().cut_for_search(run))
+
+
+def cut(run: str) -> list[str]:
+    """jieba's ``cut`` of one run of Han characters (a sentence's words, for the
+    question frame), through the same choice of segmenter as `cut_for_search`."""
+    if _FAST_HAN.fullmatch(run):
+        return _load_rjieba().cut(run)
+    return load_jieba().lcut(run)
 
 
 def load_dictionary() -> None:
