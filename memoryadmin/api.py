@@ -91,16 +91,12 @@ def _forbidden(key: ApiKey, user_id: str, agent_name: str, project_id: str | Non
 
 
 def _unknown_agent(key: ApiKey, agent_name: str) -> JsonResponse | None:
-    """404 for an agent nothing knows (`api_service.agent_known`): a typo in agent_name
-    would otherwise read as an agent with no memory."""
-    if api_service.agent_known(agent_name, key):
-        return None
-    return error(
-        404,
-        "unknown_agent",
-        f"agent_name: no agent {agent_name!r} is known (it has sent no turn and has no memory or settings); "
-        "check the name. A new agent becomes known with its first turn.",
-    )
+    """404 for an agent nothing knows (`api_service.check_agent`)."""
+    try:
+        api_service.check_agent(agent_name, key.allowed_agents or ())
+    except api_service.UnknownAgent as exc:
+        return error(404, exc.code, exc.message)
+    return None
 
 
 def _turn(request: HttpRequest, *, flush: bool) -> HttpResponse:

@@ -97,13 +97,34 @@ def _writer_slot() -> Iterator[None]:
 # --- read: context and search ------------------------------------------------------
 
 
-def agent_known(agent_name: str, key: Any = None) -> bool:
+class UnknownAgent(Exception):
+    """A read for an agent nothing knows (`agent_known`): a typo in an agent's name
+    would otherwise read as an agent with no memory. The API answers 404, MCP a tool
+    error; the clients read it as no memory yet."""
+
+    code = "unknown_agent"
+
+    def __init__(self, agent_name: str) -> None:
+        self.message = (
+            f"agent_name: no agent {agent_name!r} is known (it has sent no turn and has no memory or settings); "
+            "check the name. A new agent becomes known with its first turn."
+        )
+        super().__init__(self.message)
+
+
+def check_agent(agent_name: str, allowed_agents: Sequence[str] = ()) -> None:
+    """Raise `UnknownAgent` unless `agent_known`; `allowed_agents`: the caller's key's."""
+    if not agent_known(agent_name, allowed_agents):
+        raise UnknownAgent(agent_name)
+
+
+def agent_known(agent_name: str, allowed_agents: Sequence[str] = ()) -> bool:
     """Whether `/context` and `/search` know this agent: the default bucket, an agent
     some key is limited to, one with settings (the Agents page), or one that has sent a
     turn or holds a card (each an indexed lookup). A new agent is known from its first
     turn; before it, its reads say "unknown agent" and the clients read that as no
     memory yet."""
-    if agent_name == DEFAULT_AGENT or (key is not None and agent_name in (key.allowed_agents or [])):
+    if agent_name == DEFAULT_AGENT or agent_name in allowed_agents:
         return True
     now = time.monotonic()
     if _known_agents.get(agent_name, 0.0) > now:

@@ -126,7 +126,12 @@ def _identity(request: HttpRequest, key: Any) -> Identity:
     agent = clean_agent(request.headers.get(AGENT_HEADER))
     project_id = clean_id(PROJECT_HEADER, request.headers.get(PROJECT_HEADER), required=False)
     return Identity(
-        user_id=str(user_id), agent_name=agent, project_id=project_id, actor=f"key:{key.name}", key_id=str(key.pk)
+        user_id=str(user_id),
+        agent_name=agent,
+        project_id=project_id,
+        actor=f"key:{key.name}",
+        key_id=str(key.pk),
+        key_agents=tuple(key.allowed_agents or ()),
     )
 
 

@@ -54,6 +54,7 @@ class Identity:
     project_id: str | None
     actor: str
     key_id: str = ""  # the API key's (HTTP); stdio has none: one client per process
+    key_agents: tuple[str, ...] = ()  # the agents that key is limited to (they are known)
 
     @property
     def scope(self) -> api_service.Scope:
@@ -153,10 +154,11 @@ def build_server(identify: Identify) -> MCPServer:
         2nd", "5月2日") finds what the user said that day."""
         identity = who(ctx)
         try:
+            api_service.check_agent(identity.agent_name, identity.key_agents)
             hits = api_service.serve_search(identity.scope, query, limit=limit, door="mcp")
         except ProjectNotAllowed as exc:
             raise ToolError(str(exc)) from None
-        except IndexUnavailable as exc:
+        except (IndexUnavailable, api_service.UnknownAgent) as exc:
             raise ToolError(exc.message) from None
         finally:
             close_old_connections()
@@ -174,10 +176,11 @@ def build_server(identify: Identify) -> MCPServer:
         now within the agent's token budgets."""
         identity = who(ctx)
         try:
+            api_service.check_agent(identity.agent_name, identity.key_agents)
             body = api_service.serve_context(identity.scope, mode=mode, door="mcp")
         except ProjectNotAllowed as exc:
             raise ToolError(str(exc)) from None
-        except IndexUnavailable as exc:
+        except (IndexUnavailable, api_service.UnknownAgent) as exc:
             raise ToolError(exc.message) from None
         finally:
             close_old_connections()

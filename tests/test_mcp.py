@@ -179,6 +179,17 @@ def test_project_facts_are_listed_only_with_that_project(make_card: Callable[...
     assert refused.is_error
 
 
+def test_an_unknown_agent_is_a_tool_error_not_an_empty_memory(cards: dict[str, Any]) -> None:
+    typo = Identity(user_id="alice", agent_name="codr", project_id=None, actor="key:test")
+    for tool, args in (("memory_search", {"query": "vim"}), ("memory_context", {})):
+        result = call(in_process(typo), tool, args)
+        assert result.is_error and "no agent 'codr' is known" in result.content[0].text
+    # An agent the caller's key is limited to is known before its first turn.
+    limited = Identity(user_id="alice", agent_name="codr", project_id=None, actor="key:test", key_agents=("codr",))
+    assert not call(in_process(limited), "memory_context", {}).is_error
+    assert not call(in_process(), "memory_search", {"query": "vim"}).is_error
+
+
 # --- remember: the gate decides --------------------------------------------------------
 
 
