@@ -35,6 +35,7 @@ from facts.intake.sanitize import has_control
 from facts.intake.turns import TurnRejected
 from facts.storage.atomic import atomic_write
 from facts.storage.errors import InvalidId
+from facts.storage.fileread import read_bounded
 from facts.storage.ids import normalize_id
 from facts.storage.store import Bucket, Store, get_store
 
@@ -147,7 +148,9 @@ def tenancy_of(project_id: str, *, root: Path | str | None = None) -> Tenancy:
 
 def _read(project_id: str, path: Path) -> Tenancy:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        # Bounded, like every memory file: a FIFO or a hung mount in its place must not
+        # hold every request for the project (ReadRefused is an OSError: closed).
+        data = json.loads(read_bounded(path).decode("utf-8"))
         tenant = data.get("tenant", "")
         shared = data.get("shared", False)
         if not isinstance(tenant, str) or not isinstance(shared, bool):
@@ -284,7 +287,7 @@ def project_rows(query: str = "", *, root: Path | str | None = None) -> list[Pro
             if not path.is_file():
                 continue
             try:
-                project_id = json.loads(path.read_text(encoding="utf-8")).get("project_id")
+                project_id = json.loads(read_bounded(path).decode("utf-8")).get("project_id")
             except (OSError, ValueError, RecursionError, AttributeError):
                 continue
             if isinstance(project_id, str) and project_id and (not query or query.lower() in project_id.lower()):

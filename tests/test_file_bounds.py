@@ -24,8 +24,9 @@ from facts.portability.importer import ImportRefused, import_archive
 from facts.storage import fileread
 from facts.storage.errors import CardTooLarge
 from facts.storage.fileread import ReadRefused, read_bounded
+from facts.storage.profilefile import Profile, Section
 from facts.storage.store import Store
-from facts.storage.writer import save_card
+from facts.storage.writer import commit_profile, save_card
 from memoryadmin import rebuild
 from retrieval import indexconn
 from tests.conftest import reindex_check
@@ -144,6 +145,19 @@ def test_a_card_over_the_limit_is_never_written(make_card: Any, settings: Any, s
     assert not store.card_path(card).exists()
 
 
+def test_a_profile_over_its_limit_is_never_written(settings: Any, store: Store) -> None:
+    # The readers refuse a memory.json over 16 × MEMORY_MAX_CARD_BYTES: none is written.
+    settings.MEMORY_MAX_CARD_BYTES = 4096
+
+    def grow(profile: Profile) -> Profile:
+        profile.set_section("workContext", Section(summary="x " * 40_000))
+        return profile
+
+    with pytest.raises(CardTooLarge, match=r"profile of zed: the profile is [\d,]+ bytes, over the limit of 65,536"):
+        commit_profile("zed", grow, actor="t")
+    assert not store.profile_path("zed").exists()
+
+
 def test_a_hand_edited_card_over_the_limit_is_named_and_not_indexed(
     make_card: Any, settings: Any, store: Store
 ) -> None:
@@ -170,3 +184,22 @@ def test_an_archive_holding_a_card_over_the_limit_is_refused_naming_it(
         import_archive(archive, actor="t")
     assert not store.card_path(card).exists()
     assert card.id in "".join(zipfile.ZipFile(archive).namelist())
+
+
+def test_an_archive_holding_a_profile_over_the_limit_is_refused_before_any_card(
+    make_card: Any, settings: Any, store: Store, tmp_path: Path
+) -> None:
+    card = save_card(make_card(user_id="zed", content="Prefers tea."), actor="t")
+
+    def grow(profile: Profile) -> Profile:
+        profile.set_section("workContext", Section(summary="x " * 40_000))
+        return profile
+
+    commit_profile("zed", grow, actor="t")
+    archive = tmp_path / "zed.zip"
+    export_user("zed", archive)
+    call_command("erase", "--user", "zed", "--yes", stdout=io.StringIO())
+    settings.MEMORY_MAX_CARD_BYTES = 4096
+    with pytest.raises(ImportRefused, match=r"memory\.json: the profile is [\d,]+ bytes, over the limit of 65,536"):
+        import_archive(archive, actor="t")
+    assert not store.card_path(card).exists() and not store.profile_path("zed").exists()

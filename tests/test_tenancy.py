@@ -374,3 +374,20 @@ def test_the_context_preview_does_not_show_a_project_the_agents_are_refused(
     assert "project_not_allowed" in text and SECRET not in text
     allowed = viewer_client.get("/preview/", {"user": LI, "agent": "coder", "project": "shop-api"})
     assert SECRET in allowed.content.decode()
+
+
+def test_a_settings_file_that_never_answers_closes_the_project_at_once(settings: Any, tmp_path: Path) -> None:
+    # A FIFO (or a hung mount) in place of project.json is read within the file bound,
+    # like every memory file: the project is closed, and no request waits on it.
+    import os
+    import time
+
+    settings.MEMORY_ROOT = tmp_path
+    settings.MEMORY_FILE_READ_TIMEOUT = 1
+    path = tenancy.settings_path("acme:fifo")
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path)
+    started = time.monotonic()
+    found = tenancy.tenancy_of("acme:fifo")
+    assert found.source == "unreadable" and not found.admits(ANN)
+    assert time.monotonic() - started < 5

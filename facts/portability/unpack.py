@@ -97,7 +97,9 @@ def _safe_name(name: str) -> bool:
 
 # What each kind of member may weigh, checked against the sizes the zip's directory
 # declares before a byte is inflated (and again while reading: never more than declared).
-MAX_CARD_BYTES = 256 * 1024  # the longest card a curator can type is 5,000 characters
+# Coarse, before inflating: the memory files' own bounds (MEMORY_MAX_CARD_BYTES, a
+# setting) are checked on each member read (`_parse_member`).
+MAX_CARD_BYTES = 256 * 1024
 MAX_PROFILE_BYTES = 16 * 1024 * 1024
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 MAX_README_BYTES = 1024 * 1024
@@ -290,7 +292,7 @@ _PATHS = Store(Path("/nonexistent-root"))  # only for the paths a card belongs a
 def _parse_member(archive: Archive, name: str, kind: str, data: bytes) -> None:
     """One card or the profile: parsed, every string checked, placed where it says."""
     user_id = archive.user_id
-    if kind != "profile" and (problem := too_large(len(data))):
+    if problem := too_large(len(data), what="profile" if kind == "profile" else "card"):
         raise ImportRefused(f"{name}: {problem}")
     text = _text(name, data)
     if kind == "profile":

@@ -27,7 +27,8 @@ class CardParseError(StoreError):
 
 
 class CardTooLarge(CardParseError):
-    """A card over ``MEMORY_MAX_CARD_BYTES``: refused before anything is written."""
+    """A card over ``MEMORY_MAX_CARD_BYTES`` (a profile over 16 times that): refused
+    before anything is written."""
 
 
 class RevisionConflict(StoreError):

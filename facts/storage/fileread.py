@@ -48,9 +48,15 @@ def read_timeout() -> float:
     return float(getattr(settings, "MEMORY_FILE_READ_TIMEOUT", 10.0))
 
 
+def max_bytes(what: str = "card") -> int:
+    """The bound of a card, or of a profile (`PROFILE_FACTOR` times a card's)."""
+    return max_card_bytes() * (PROFILE_FACTOR if what == "profile" else 1)
+
+
 def too_large(size: int, limit: int | None = None, *, what: str = "card") -> str | None:
-    """The refusal for a `what` of `size` bytes, or None when it fits."""
-    limit = max_card_bytes() if limit is None else limit
+    """The refusal for a `what` ("card" or "profile") of `size` bytes, or None when it
+    fits."""
+    limit = max_bytes(what) if limit is None else limit
     if size <= limit:
         return None
     setting = "MEMORY_MAX_CARD_BYTES" if what == "card" else f"{PROFILE_FACTOR} × MEMORY_MAX_CARD_BYTES"
@@ -59,7 +65,7 @@ def too_large(size: int, limit: int | None = None, *, what: str = "card") -> str
 
 def read_bounded(path: str | os.PathLike[str], *, what: str = "card", timeout: float | None = None) -> bytes:
     """The bytes of the memory file `path`, or `ReadRefused`; FileNotFoundError as usual."""
-    limit = max_card_bytes() * (PROFILE_FACTOR if what == "profile" else 1)
+    limit = max_bytes(what)
     seconds = read_timeout() if timeout is None else timeout
     if seconds <= 0:
         return _read(os.fspath(path), limit, what)

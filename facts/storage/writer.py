@@ -341,7 +341,11 @@ def _plan_profile(op: PutProfile, store: Store) -> tuple[Path, Profile, str, boo
         raise RevisionConflict(f"profile of {user_id} is at revision {now_at}, expected {expected}")
     revision = max(op.profile.revision, 1) if op.restore else now_at + 1
     profile = op.profile.model_copy(update={"revision": revision})
-    return path, profile, dump_profile(profile), op.restore
+    text = dump_profile(profile)
+    # The same bound every reader keeps: a profile too large to read back is never written.
+    if problem := too_large(len(text.encode("utf-8")), what="profile"):
+        raise CardTooLarge(path, f"profile of {user_id}: {problem}")
+    return path, profile, text, op.restore
 
 
 def _check_revision(op: Put | Delete, current: Card | None) -> None:
