@@ -36,7 +36,9 @@ def error(status: int, code: str, message: str, **headers: str) -> JsonResponse:
 
 def api_endpoint(*methods: str) -> Callable[[View], View]:
     """Method check → bearer key → rate limit → the view (with `request.api_key` set);
-    BadRequest / TooLarge raised by the view become 400 / 413."""
+    what the view raises becomes its answer: BadRequest 400, a project of another tenant
+    403, an unknown agent 404, an erasure under way 409, TooLarge 413, an index being
+    rebuilt 503."""
 
     def decorate(view: View) -> View:
         @csrf_exempt
@@ -57,6 +59,14 @@ def api_endpoint(*methods: str) -> Callable[[View], View]:
                 return error(413, "too_large", f"the body is larger than {_max_body()} bytes")
             except BadRequest as exc:
                 return error(400, exc.code, exc.text)
+            except tenancy.ProjectNotAllowed as exc:
+                return error(403, exc.code, exc.message)
+            except api_service.UnknownAgent as exc:
+                return error(404, exc.code, exc.message)
+            except ErasureInProgress as exc:
+                # Refused, not stored: the user is being forgotten. Retrying after the
+                # erasure ends starts a new memory.
+                return error(409, "erasure_in_progress", str(exc))
             except IndexUnavailable as exc:
                 # Loud, never an empty 200: the agent retries, or answers without memory.
                 return error(503, "index_unavailable", exc.message, Retry_After="5")
@@ -83,19 +93,7 @@ def _forbidden(key: ApiKey, user_id: str, agent_name: str, project_id: str | Non
         return error(403, "agent_not_allowed", f"this key may not act for the agent {agent_name!r}")
     if not key.allows_user(user_id):
         return error(403, "user_not_allowed", f"this key may not act for the user {user_id!r}")
-    try:
-        tenancy.check(user_id, project_id)
-    except tenancy.ProjectNotAllowed as exc:
-        return error(403, exc.code, exc.message)
-    return None
-
-
-def _unknown_agent(key: ApiKey, agent_name: str) -> JsonResponse | None:
-    """404 for an agent nothing knows (`api_service.check_agent`)."""
-    try:
-        api_service.check_agent(agent_name, key.allowed_agents or ())
-    except api_service.UnknownAgent as exc:
-        return error(404, exc.code, exc.message)
+    tenancy.check(user_id, project_id)  # ProjectNotAllowed: 403 (`api_endpoint`)
     return None
 
 
@@ -105,14 +103,7 @@ def _turn(request: HttpRequest, *, flush: bool) -> HttpResponse:
     if denied := _forbidden(request.api_key, turn.user_id, turn.agent_name, turn.project_id):  # type: ignore[attr-defined]
         return denied
 
-    try:
-        receipt = api_service.accept_turn(turn, flush=flush)
-    except tenancy.ProjectNotAllowed as exc:  # its settings changed since the check above
-        return error(403, exc.code, exc.message)
-    except ErasureInProgress as exc:
-        # Refused, not stored: the user is being forgotten. Retrying after the erasure
-        # ends starts a new memory.
-        return error(409, "erasure_in_progress", str(exc))
+    receipt = api_service.accept_turn(turn, flush=flush)
     return JsonResponse(receipt, status=202)
 
 
@@ -134,8 +125,7 @@ def context(request: HttpRequest) -> HttpResponse:
     mode = parse_mode(request.GET)
     if denied := _forbidden(request.api_key, *scope_params.as_tuple()):  # type: ignore[attr-defined]
         return denied
-    if unknown := _unknown_agent(request.api_key, scope_params.agent_name):  # type: ignore[attr-defined]
-        return unknown
+    api_service.check_agent(scope_params.agent_name, request.api_key.allowed_agents or ())  # type: ignore[attr-defined]
     scope = api_service.Scope(scope_params.user_id, scope_params.agent_name, scope_params.project_id)
     return JsonResponse(api_service.serve_context(scope, mode=mode), json_dumps_params={"ensure_ascii": False})
 
@@ -146,8 +136,7 @@ def search(request: HttpRequest) -> HttpResponse:
     query, limit = parse_search(request.GET)
     if denied := _forbidden(request.api_key, *scope_params.as_tuple()):  # type: ignore[attr-defined]
         return denied
-    if unknown := _unknown_agent(request.api_key, scope_params.agent_name):  # type: ignore[attr-defined]
-        return unknown
+    api_service.check_agent(scope_params.agent_name, request.api_key.allowed_agents or ())  # type: ignore[attr-defined]
     scope = api_service.Scope(scope_params.user_id, scope_params.agent_name, scope_params.project_id)
     results = api_service.serve_search(scope, query, limit=limit)
     return JsonResponse({"results": results}, json_dumps_params={"ensure_ascii": False})

@@ -153,15 +153,9 @@ def build_server(identify: Identify) -> MCPServer:
         goals and corrections) for this agent, best match first. Naming a day ("on May
         2nd", "5月2日") finds what the user said that day."""
         identity = who(ctx)
-        try:
+        with _read_errors():
             api_service.check_agent(identity.agent_name, identity.key_agents)
             hits = api_service.serve_search(identity.scope, query, limit=limit, door="mcp")
-        except ProjectNotAllowed as exc:
-            raise ToolError(str(exc)) from None
-        except (IndexUnavailable, api_service.UnknownAgent) as exc:
-            raise ToolError(exc.message) from None
-        finally:
-            close_old_connections()
         return SearchResult(results=[SearchHit.model_validate(hit) for hit in hits])
 
     @server.tool(annotations=READ_ONLY)
@@ -175,15 +169,9 @@ def build_server(identify: Identify) -> MCPServer:
         """The memory block this agent is given at the start of a conversation, rendered
         now within the agent's token budgets."""
         identity = who(ctx)
-        try:
+        with _read_errors():
             api_service.check_agent(identity.agent_name, identity.key_agents)
             body = api_service.serve_context(identity.scope, mode=mode, door="mcp")
-        except ProjectNotAllowed as exc:
-            raise ToolError(str(exc)) from None
-        except (IndexUnavailable, api_service.UnknownAgent) as exc:
-            raise ToolError(exc.message) from None
-        finally:
-            close_old_connections()
         return ContextResult.model_validate(body)
 
     @server.tool(annotations=READ_ONLY)
@@ -194,12 +182,8 @@ def build_server(identify: Identify) -> MCPServer:
     ) -> FactList:
         """The user's active facts for this agent (and this project's), newest first."""
         identity = who(ctx)
-        try:
+        with _read_errors():
             rows = api_service.list_facts(identity.scope, category=category, limit=limit)
-        except ProjectNotAllowed as exc:
-            raise ToolError(str(exc)) from None
-        finally:
-            close_old_connections()
         return FactList(facts=[FactItem.model_validate(row) for row in rows])
 
     @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False))
@@ -243,6 +227,20 @@ def build_server(identify: Identify) -> MCPServer:
         return ForgetResult.model_validate(done)
 
     return server
+
+
+@contextmanager
+def _read_errors() -> Iterator[None]:
+    """A read's refusals as the tool errors an agent is shown (the JSON API answers
+    them 403, 404 and 503), and the database connection closed after."""
+    try:
+        yield
+    except ProjectNotAllowed as exc:
+        raise ToolError(str(exc)) from None
+    except (IndexUnavailable, api_service.UnknownAgent) as exc:
+        raise ToolError(exc.message) from None
+    finally:
+        close_old_connections()
 
 
 def _remember(identity: Identity, text: str, created_at: str | None = None) -> RememberResult:
