@@ -201,11 +201,6 @@ def serve_search(scope: Scope, query: str, *, limit: int = 5, door: str = "api")
     return results
 
 
-def search_tool_text(results: Sequence[dict[str, Any]]) -> str:
-    """The tool's answer for a list of results (the same text on both paths)."""
-    return json.dumps(list(results), ensure_ascii=False)
-
-
 # --- usage counters ----------------------------------------------------------------
 #
 # Counting is bookkeeping, not part of the answer: by default the ids are buffered in

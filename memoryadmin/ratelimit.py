@@ -11,7 +11,6 @@ database's single writer lock.
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -20,6 +19,7 @@ from django.conf import settings
 from django.db import connection
 
 from facts.storage.atomic import create_private_file
+from facts.storage.sqlitegen import identity
 
 from .models import RateCounter
 
@@ -70,14 +70,6 @@ def _file_path() -> Path:
     return Path(settings.MEMORY_ROOT) / ".api" / "ratelimit.sqlite3"
 
 
-def _file_id(path: Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return (st.st_dev, st.st_ino)
-
-
 def _file() -> sqlite3.Connection:
     """This thread's connection to the counters' file, opened again when the file was
     replaced or deleted under it (checked at every use, one stat): counting on in an
@@ -86,7 +78,7 @@ def _file() -> sqlite3.Connection:
     cache: dict[str, tuple[tuple[int, int] | None, sqlite3.Connection]] = getattr(_local, "connections", None) or {}
     _local.connections = cache
     held = cache.get(str(path))
-    ident = _file_id(path)
+    ident = identity(path)
     if held is not None and (ident is None or held[0] != ident):
         with contextlib.suppress(sqlite3.Error):
             held[1].close()
@@ -102,7 +94,7 @@ def _file() -> sqlite3.Connection:
                 f"CREATE TABLE IF NOT EXISTS {kind} (key TEXT NOT NULL, window INTEGER NOT NULL,"
                 " n INTEGER NOT NULL, PRIMARY KEY (key, window)) WITHOUT ROWID"
             )
-        held = (_file_id(path), conn)
+        held = (identity(path), conn)
         cache[str(path)] = held
     return held[1]
 

@@ -84,10 +84,6 @@ class ScopeFilters(forms.Form):
         return self.cleaned_data.get("user", "").strip()
 
 
-class ReasonForm(forms.Form):
-    reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
-
-
 class OptionalReasonForm(forms.Form):
     reason = forms.CharField(required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
 

@@ -121,13 +121,13 @@ def profile_edit(request: HttpRequest) -> HttpResponse:
         return redirect("profiles")
     user_id = pick.cleaned_data["user"]
     page = reverse("profiles") + "?" + urlencode({"user": user_id})
-    try:
-        current = get_store().read_profile(user_id)
-    except InvalidId as exc:
-        messages.error(request, f"Not saved: {exc}")
-        return redirect("profiles")
     if not form.is_valid():
         flash_errors(request, "Not saved:", form, label=section_label)
+        try:
+            current = get_store().read_profile(user_id)  # only to answer the page again
+        except InvalidId as exc:
+            messages.error(request, f"Not saved: {exc}")
+            return redirect("profiles")
         return render_profile(request, pick, user_id, current, form, status=400)
     data = form.cleaned_data
     # A section the request does not name is left as it is (a browser sends every box;

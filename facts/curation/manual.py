@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from facts.audit import record
 from facts.enums import Category, SourceKind
+from facts.intake.sanitize import has_control
 from facts.intake.turns import TurnRejected, clean_agent, clean_id
 from facts.judging.plan import Plan, new_card
 from facts.judging.schemas import FactCandidate, normalize_key
@@ -81,7 +82,7 @@ def check(
     except TurnRejected as exc:
         raise ManualFactError("agent" if exc.field == "agent_name" else exc.field, exc.message) from None
 
-    if _CONTROL_BUT_NEWLINE.search(key or "") or "\n" in (key or ""):
+    if has_control(key or ""):
         raise ManualFactError("key", "must not contain control characters")
     normal = normalize_key(key or "")
     if not normal:

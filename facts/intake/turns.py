@@ -208,16 +208,6 @@ def said_times(messages: Iterable[BaseMessage]) -> dict[str, datetime]:
     return out
 
 
-def check_said_times(messages: Any, where: str) -> None:
-    """Stored messages from elsewhere (an imported archive's turns): every time they
-    carry must pass `clean_said_at`. Raises `TurnRejected` naming the message."""
-    for index, message in enumerate(messages if isinstance(messages, list) else []):
-        data = message.get("data") if isinstance(message, Mapping) else None
-        extra = data.get("additional_kwargs") if isinstance(data, Mapping) else None
-        if isinstance(extra, Mapping) and SAID_AT in extra:
-            clean_said_at(f"{where}[{index}].{SAID_AT}", extra[SAID_AT])
-
-
 # --- messages ----------------------------------------------------------------------
 
 

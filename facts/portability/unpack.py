@@ -22,7 +22,7 @@ from django.db import models
 
 from facts import tenancy
 from facts.intake.sanitize import CONTROL_CHARS, MAX_JSON_DEPTH, NotJson, check_json
-from facts.intake.turns import TurnRejected, check_said_times, clean_agent, clean_id, clean_turn
+from facts.intake.turns import TurnRejected, clean_agent, clean_id, clean_turn
 from facts.models import (
     FactRevision,
     FactUsage,
@@ -405,8 +405,6 @@ def _parse_history(archive: Archive, history: dict[str, str]) -> dict[str, list[
             if not isinstance(row, dict):
                 raise ImportRefused(f"{where}: not a JSON object")
             obj = _build(kind, row, where, people)
-            if kind.name == "turns":
-                _check_turn_times(obj, where)
             owner = getattr(obj, "user_id", None) if kind.model not in (FactRevision, FactUsage) else None
             if owner is not None and owner != archive.user_id:
                 raise ImportRefused(f"{where}: a row of another user")
@@ -430,14 +428,6 @@ def _parse_history(archive: Archive, history: dict[str, str]) -> dict[str, list[
         if len(set(pks)) != len(pks):
             raise ImportRefused(f"history/{name}.jsonl: the same id appears twice")
     return out
-
-
-def _check_turn_times(turn: Any, where: str) -> None:
-    """When a turn's messages were said: the rule every door applies (`facts.intake.turns`)."""
-    try:
-        check_said_times(turn.messages, "messages")
-    except TurnRejected as exc:
-        raise ImportRefused(f"{where}: {exc}") from None
 
 
 def _build(kind: Kind, row: dict[str, Any], where: str, people: dict[str, int]) -> models.Model:

@@ -63,10 +63,10 @@ def too_large(size: int, limit: int | None = None, *, what: str = "card") -> str
     return f"the {what} is {size:,} bytes, over the limit of {limit:,} ({setting}): shorten it"
 
 
-def read_bounded(path: str | os.PathLike[str], *, what: str = "card", timeout: float | None = None) -> bytes:
+def read_bounded(path: str | os.PathLike[str], *, what: str = "card") -> bytes:
     """The bytes of the memory file `path`, or `ReadRefused`; FileNotFoundError as usual."""
     limit = max_bytes(what)
-    seconds = read_timeout() if timeout is None else timeout
+    seconds = read_timeout()
     if seconds <= 0:
         return _read(os.fspath(path), limit, what)
     if threading.current_thread() is threading.main_thread():

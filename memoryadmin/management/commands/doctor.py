@@ -114,9 +114,10 @@ class Doctor:
             )
         else:
             self.ok("accounts", "no account has the default password")
+        from facts import tenancy
         from memoryadmin.models import ApiKey
 
-        if not getattr(settings, "MEMORY_TENANT_SEPARATOR", ":") and ApiKey.objects.exclude(allowed_users=[]).exists():
+        if not tenancy.separator() and ApiKey.objects.exclude(allowed_users=[]).exists():
             self.warn(
                 "accounts",
                 "API keys are limited to users (tenants) but MEMORY_TENANT_SEPARATOR is empty: "
