@@ -157,8 +157,9 @@ def search(
     "hybrid" is lexical alone when embeddings are off."""
     limit = clamp(limit, 1, MAX_LIMIT, 5)
     now = now or datetime.now(UTC)
-    text = core((query or "")[:MAX_QUERY_CHARS])
-    days = dates.mentioned((query or "")[:MAX_QUERY_CHARS])
+    asked = (query or "")[:MAX_QUERY_CHARS]
+    text = core(asked)
+    days = dates.mentioned(asked)
     buckets = indexrows.scopes(user_id, agent_name, project_id)
     now_ts = now.timestamp()
     said = set(reads.said_on(days, buckets, limit=DATE_DEPTH, now_ts=now_ts)) if days and DATE_WEIGHT else set()
@@ -169,8 +170,7 @@ def search(
     sims = vector_part
     if mode != "lexical" and embedding.enabled() and text.strip():
         try:
-            asked = text if FRAMELESS_VECTORS else (query or "")[:MAX_QUERY_CHARS]
-            ids, sims, questions = reads.vector_scores(asked, buckets, now_ts=now_ts)
+            ids, sims, questions = reads.vector_scores(text if FRAMELESS_VECTORS else asked, buckets, now_ts=now_ts)
             vector_part = sims - QUESTION_PENALTY * np.maximum(questions, 0.0)
         except embedding.EmbeddingUnavailable:
             # Search must answer: without the model it is the lexical search.
@@ -189,12 +189,11 @@ def _rank(
     *,
     limit: int,
     now: datetime,
-    said: set[str] | None = None,
+    said: set[str],
 ) -> list[Hit]:
     """The candidates' hits, best first: at least the best `limit`, exactly as if every
     candidate were scored (those that cannot reach the top `limit` are not read).
     `said`: the cards said on a day the question names."""
-    said = said or set()
     position = {fid: i for i, fid in enumerate(ids)}
     # The vector candidates: the VECTOR_DEPTH best vector scores (ties by id: ids are
     # in id order).
