@@ -84,6 +84,12 @@ def test_the_nav_marks_only_the_current_page(viewer_client: Client, url: str, cu
     assert [m.strip() for m in marked] == [current]
 
 
+def test_the_add_fact_page_is_marked_as_facts(reviewer_client: Client) -> None:
+    html = reviewer_client.get("/facts/add/").content.decode()
+    nav = html[html.index('<nav class="nav">') : html.index("</nav>")]
+    assert [m.strip() for m in re.findall(r'<a href="[^"]*" aria-current="page">([^<]+)', nav)] == ["Facts"]
+
+
 def test_a_signed_in_curators_pages_are_never_stored_by_the_browser(viewer_client: Client, make_card: Any) -> None:
     from facts.storage.writer import save_card
 
