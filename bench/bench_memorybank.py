@@ -84,7 +84,7 @@ def _blur_queries(sigma: float) -> None:
         seed = int.from_bytes(hashlib.sha256(text.encode("utf-8", "replace")).digest()[:8], "big")
         noise = np.random.default_rng(seed).standard_normal(vec.shape[0]).astype(np.float32)
         moved = vec + np.float32(sigma) * noise / np.linalg.norm(noise)
-        return (moved / np.linalg.norm(moved)).astype(np.float32)
+        return np.asarray(moved / np.linalg.norm(moved), dtype=np.float32)
 
     embedding.embed_query = blurred
     print(f"  query vectors blurred by noise of norm {sigma}")
