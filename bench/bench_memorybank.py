@@ -82,7 +82,7 @@ def _blur_queries(sigma: float) -> None:
     def blurred(text: str) -> np.ndarray:
         vec = exact(text)
         seed = int.from_bytes(hashlib.sha256(text.encode("utf-8", "replace")).digest()[:8], "big")
-        noise = np.random.default_rng(seed).standard_normal(vec.shape[0]).astype(np.float32)
+        noise = np.random.default_rng(seed).standard_normal(vec.shape[0], dtype=np.float32)
         moved = vec + np.float32(sigma) * noise / np.linalg.norm(noise)
         return np.asarray(moved / np.linalg.norm(moved), dtype=np.float32)
 
