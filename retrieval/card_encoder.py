@@ -18,7 +18,8 @@ package. Also:
 
 Same arithmetic, summed in another order: vectors within 1e-5 of the package's
 (``tests/test_card_encoder.py``), 1.5–2× less CPU a card. It reads the package's
-weights and tokenizer, like `retrieval.query_encoder`; when the package's internals
+weights, like `retrieval.query_encoder`, and cuts a whole batch into pieces in one call
+to the model's tokenizer (`embedding.Pieces`, ~8 µs a card); when the package's internals
 are not what this expects, `for_model` returns None and cards go through the package's
 own ``encode``. Queries do not come here: one text repeats few tokens.
 """
@@ -26,7 +27,7 @@ own ``encode``. Queries do not come here: one text repeats few tokens.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import chain
 from typing import Any
 
@@ -41,53 +42,15 @@ log = logging.getLogger(__name__)
 MICRO_TOKENS = 1024
 
 
-class _Pieces:
-    """The package's tokenizer, remembering each word's pieces.
-
-    Its unigram search runs in Python, ~170 µs an English card. No piece of this model
-    holds the word boundary (▁) anywhere but first, so every segmentation splits at
-    each ▁ and a word's pieces do not depend on its neighbours: the search runs once per
-    distinct word (cards repeat their words) on the package's own normalised text. The
-    pieces are the package's (checked in `for_model`)."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self._normalize = tokenizer._normalizer.normalize
-        self._viterbi = tokenizer._viterbi
-        self._unk, self._bos, self._eos = tokenizer._unk_id, tokenizer._bos_id, tokenizer._eos_id
-        self._words: dict[str, list[int]] = {}
-
-    def __call__(self, text: str) -> list[int]:
-        normalized = self._normalize(text)
-        if not normalized:
-            return [self._bos, self._unk, self._eos]
-        ids = [self._bos]
-        words = self._words
-        for word in normalized.split(WORD_START)[1:] if normalized[0] == WORD_START else [normalized]:
-            word = WORD_START + word if normalized[0] == WORD_START else word
-            found = words.get(word)
-            if found is None:
-                found = self._viterbi(word)
-                if len(word) <= MAX_REMEMBERED_CHARS:
-                    if len(words) >= MAX_REMEMBERED_WORDS:
-                        words.clear()
-                    words[word] = found
-            ids.extend(found)
-        ids.append(self._eos)
-        return ids
-
-
-# The word boundary of sentencepiece's normalised text.
-WORD_START = "\u2581"
-# Words remembered (English ones recur; a Chinese run is one long "word" that rarely does).
-MAX_REMEMBERED_WORDS = 200_000
-MAX_REMEMBERED_CHARS = 32
-
-
 class CardEncoder(ModelWeights):
     def __init__(self, backend: Any, tokenizer: Any, orders: tuple[tuple[int, int], ...], chunks: int) -> None:
         super().__init__(backend, orders, chunks)
         b = backend
-        self._tokenize = _Pieces(tokenizer)
+        # A batch at once through the library (`embedding.Pieces`), else text by text.
+        many = getattr(tokenizer, "encode_many", None)
+        self._pieces: Callable[[Sequence[str]], list[list[int]]] = many or (
+            lambda texts: [tokenizer.encode(t, out_type=int, add_bos=True, add_eos=True) for t in texts]
+        )
         width = self._width
         # The first convolution's weights as (width, n × width): block k is what window
         # slot k contributes, so one product gives every slot's part for a token.
@@ -105,7 +68,7 @@ class CardEncoder(ModelWeights):
         within 1e-5)."""
         if not texts:
             return np.zeros((0, self._out_dim), dtype=np.float32)
-        ids = [self._tokenize(text) for text in texts]
+        ids = self._pieces(texts)
         lens = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
         count = int(lens.sum())
         flat = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=count)
@@ -241,7 +204,7 @@ def for_model(encoder: Any) -> CardEncoder | None:
             raise ValueError("the model denoises numbers first")
         texts = list(_CHECK)
         pieces = encoder._tokenizer.encode
-        if any(made._tokenize(t) != pieces(t, out_type=int, add_bos=True, add_eos=True) for t in texts):
+        if made._pieces(texts) != [pieces(t, out_type=int, add_bos=True, add_eos=True) for t in texts]:
             raise ValueError("its pieces differ from the package's")
         expected = np.asarray(encoder.encode(texts), dtype=np.float32)
         got = made.encode(texts)

