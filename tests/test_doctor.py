@@ -237,3 +237,10 @@ def test_every_curation_action_is_logged(caplog) -> None:
     [record] = [r for r in caplog.records if getattr(r, "event", None) == "curation"]
     assert record.fields["action"] == "expire"
     assert record.fields["actor"] == "rev"
+
+
+def test_doctor_says_how_the_model_cuts_texts(healthy, embeddings) -> None:
+    _, findings = _doctor()
+    (line,) = [f["message"] for f in findings if f["check"] == "embeddings"]
+    assert "queries use the one-text path" in line
+    assert "texts are cut by the sentencepiece library" in line

@@ -252,9 +252,15 @@ class Doctor:
             if embedding.query_path() == "single"
             else "queries use the package's batch path (the one-text path did not match it: see the log)"
         )
+        pieces = (
+            "texts are cut by the sentencepiece library"
+            if isinstance(embedding.model()._tokenizer, embedding.Pieces)
+            else "texts are cut by the package's own tokenizer (slower, ~65 MB more: see the log)"
+        )
         self.ok(
             "embeddings",
-            f"model {embedding.MODEL_ID} loads and embeds ({dims} dimensions, {time.monotonic() - started:.1f}s); {path}",
+            f"model {embedding.MODEL_ID} loads and embeds ({dims} dimensions, {time.monotonic() - started:.1f}s); "
+            f"{path}; {pieces}",
         )
 
     def check_turns(self) -> None:
