@@ -66,7 +66,7 @@ _model_lock = threading.Lock()
 
 
 def model() -> Any:
-    """The process's encoder, loaded once (0.8–1.6 s, ~150 MB). A lock, not the
+    """The process's encoder, loaded once (0.8–1.6 s, ~35 MB; ~50 with the query path). A lock, not the
     `functools.cache` of the lazy values beside it: the web server's warm-up thread and
     a first request must not both load it."""
     global _model
