@@ -172,13 +172,19 @@ def test_a_hand_edited_card_over_the_limit_is_named_and_not_indexed(
     assert card.id not in {row[0] for row in indexconn.connection().execute("SELECT id FROM cards")}
 
 
+def _exported_then_erased(user_id: str, folder: Path) -> Path:
+    """The user's archive, written before the user is erased (ready to import again)."""
+    archive = folder / f"{user_id}.zip"
+    export_user(user_id, archive)
+    call_command("erase", "--user", user_id, "--yes", stdout=io.StringIO())
+    return archive
+
+
 def test_an_archive_holding_a_card_over_the_limit_is_refused_naming_it(
     make_card: Any, settings: Any, store: Store, tmp_path: Path
 ) -> None:
     card = save_card(make_card(user_id="zed", content="Prefers tea. " + "padding " * 1000), actor="t")
-    archive = tmp_path / "zed.zip"
-    export_user("zed", archive)
-    call_command("erase", "--user", "zed", "--yes", stdout=io.StringIO())
+    archive = _exported_then_erased("zed", tmp_path)
     settings.MEMORY_MAX_CARD_BYTES = 4096
     with pytest.raises(ImportRefused, match=r"\.md: the card is [\d,]+ bytes, over the limit of 4,096"):
         import_archive(archive, actor="t")
@@ -196,9 +202,7 @@ def test_an_archive_holding_a_profile_over_the_limit_is_refused_before_any_card(
         return profile
 
     commit_profile("zed", grow, actor="t")
-    archive = tmp_path / "zed.zip"
-    export_user("zed", archive)
-    call_command("erase", "--user", "zed", "--yes", stdout=io.StringIO())
+    archive = _exported_then_erased("zed", tmp_path)
     settings.MEMORY_MAX_CARD_BYTES = 4096
     with pytest.raises(ImportRefused, match=r"memory\.json: the profile is [\d,]+ bytes, over the limit of 65,536"):
         import_archive(archive, actor="t")
